@@ -1,0 +1,171 @@
+"""Command-line interface: ``python -m planner COMMAND … --json`` (see ../shared/CONTRACT.md).
+
+With ``--json`` a command prints exactly one JSON object on stdout; progress goes to stderr. Failures print one
+``error: …`` line on stderr and exit non-zero, never a traceback (set PLANNER_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+from typing import Any
+
+from planner import store
+from planner.errors import PlannerError
+from planner.sources import FORMATS, Dialect
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PlannerError(f"{flag} {item!r}: expected FIELD=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _emit(args, obj: dict, human: str) -> None:
+    if args.json:
+        print(json.dumps(_clean(obj)))
+    else:
+        print(human)
+
+
+def _progress_printer(enabled: bool):
+    if not enabled:
+        return None
+    last = {"pct": -10}
+
+    def show(fraction: float, message: str) -> None:
+        pct = int(fraction * 100)
+        if pct >= last["pct"] + 10 or fraction >= 1.0:
+            last["pct"] = pct
+            print(f"[{pct:3d}%] {message}", file=sys.stderr, flush=True)
+    return show
+
+
+def cmd_ingest(args) -> None:
+    from planner.ingest import ingest_file
+
+    dialect = None
+    if args.delimiter is not None or args.quote is not None or args.no_header:
+        delim = args.delimiter.encode().decode("unicode_escape") if args.delimiter else ","
+        quote = args.quote if args.quote is not None else '"'
+        dialect = Dialect(delimiter=delim, quote=quote, escape=quote, header=not args.no_header)
+    con = store.open_store(args.db)
+    result = ingest_file(con, args.path, name=args.name, fmt=args.format, overrides=_pairs(args.map, "--map"),
+                         unit_overrides=_pairs(args.unit, "--unit"), dialect=dialect,
+                         on_progress=_progress_printer(not args.quiet))
+    obj = result.as_dict()
+    human = (f"{'already stored as' if result.duplicate_of else 'stored'} {result.name} ({result.trace_id}): "
+             f"{result.rows} rows, {result.failed} failed, {result.rejected} rejected; format {result.format}, "
+             f"layout {result.layout}; mapping {result.mapping}; units {result.units}")
+    _emit(args, obj, human)
+
+
+def cmd_traces(args) -> None:
+    con = store.open_store(args.db)
+    traces = store.list_traces(con)
+    obj = {"traces": [{"trace_id": t.trace_id, "name": t.name, "rows": t.rows, "created": t.created,
+                       "failed": t.failed, "rejected": t.rejected, "format": t.format, "layout": t.layout,
+                       "source_file": t.source_file} for t in traces]}
+    human = "\n".join(f"{t.trace_id}  {t.name:30s} {t.rows:>10d} rows  {t.created}" for t in traces) or "no traces"
+    _emit(args, obj, human)
+
+
+def cmd_stats(args) -> None:
+    from planner.stats import trace_stats
+
+    con = store.open_store(args.db)
+    obj = trace_stats(con, args.trace)
+    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+
+
+def cmd_rejects(args) -> None:
+    con = store.open_store(args.db)
+    info = store.get_trace(con, args.trace)
+    rows = store.rejects_of(con, info.trace_id)
+    if args.output:
+        with open(args.output, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["row", "raw", "reason"])
+            writer.writerows(rows)
+    obj = {"trace_id": info.trace_id, "rejected": len(rows), "path": args.output,
+           "rejects": [] if args.output else [{"row": r, "raw": raw, "reason": why} for r, raw, why in rows]}
+    human = "\n".join(f"{r}\t{why}\t{raw}" for r, raw, why in rows) or "no rejected rows"
+    _emit(args, obj, f"wrote {len(rows)} rejects to {args.output}" if args.output else human)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m planner", description="LLM serving capacity planner")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("--db", default=None, help="DuckDB store (default: $PLANNER_DB, else the user data dir)")
+        return p
+
+    p = command("ingest", "ingest a request log (CSV/TSV/JSONL/JSON/Parquet, optionally .gz/.zst)")
+    p.add_argument("path")
+    p.add_argument("--name", help="trace name (default: the file name)")
+    p.add_argument("--format", default="auto", choices=("auto",) + FORMATS)
+    p.add_argument("--map", action="append", metavar="FIELD=COLUMN",
+                   help="use COLUMN for a canonical field (repeatable; FIELD= with no column unmaps it)")
+    p.add_argument("--unit", action="append", metavar="FIELD=UNIT",
+                   help="unit of arrival (s, ms, us, ns, datetime) or of ttft_ms/tpot_ms/e2e_ms (s, ms, us)")
+    p.add_argument("--delimiter", help="CSV delimiter instead of the sniffed one (\\t for tab)")
+    p.add_argument("--quote", help="CSV quote character instead of the sniffed one")
+    p.add_argument("--no-header", action="store_true", help="the CSV has no header row (columns column0, …)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_ingest)
+
+    p = command("traces", "list stored traces")
+    p.set_defaults(func=cmd_traces)
+
+    p = command("stats", "exact percentiles and arrival statistics of a trace")
+    p.add_argument("trace", help="trace id or name")
+    p.set_defaults(func=cmd_stats)
+
+    p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("-o", "--output", help="write the rejects as CSV to this file")
+    p.set_defaults(func=cmd_rejects)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.db is None and os.environ.get("PLANNER_DB"):
+        args.db = os.environ["PLANNER_DB"]
+    try:
+        args.func(args)
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the contract forbids tracebacks on the console
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"error: {type(exc).__name__}: {first} (set PLANNER_DEBUG=1 for details)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,346 @@
+"""Ingest a request log into the trace store: one transaction, nothing lost, nothing silently guessed.
+
+Each source row either becomes a request (failed requests included, flagged) or a reject with its row number, raw
+text and reason. Rows are parsed by DuckDB in one ``CREATE TABLE AS`` pass over its own reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from planner import store
+from planner.errors import PlannerError
+from planner.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
+from planner.sources import Dialect, Source, _first_line, open_source, sql_str
+from planner.timestamps import TimeKind, arrival_sql, infer_time_kind
+
+ProgressFn = Callable[[float, str], None]
+_SAMPLE_ROWS = 20_000
+_TEXT_FIELDS = ("model", "session_id", "status", "service")
+_FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
+_MAX_WHOLE_TOKENS = 2.0 ** 53
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What an ingest stored (or, for a duplicate, what the earlier ingest stored)."""
+
+    trace_id: str
+    name: str
+    rows: int
+    rejected: int
+    failed: int
+    format: str
+    mapping: dict[str, str]
+    units: dict[str, str]
+    has_timestamps: bool
+    duplicate_of: str | None
+    layout: str
+    time_kind: str | None
+    timestamp_resolution_s: float | None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def file_sha256(path: Path, on_progress: ProgressFn | None = None) -> str:
+    """SHA-256 of a file, read in chunks (the file is never held whole in memory)."""
+    digest = hashlib.sha256()
+    size = max(path.stat().st_size, 1)
+    done = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+            done += len(chunk)
+            if on_progress:
+                on_progress(0.1 * done / size, "hashing")
+    return digest.hexdigest()
+
+
+def _result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> IngestResult:
+    return IngestResult(info.trace_id, info.name, info.rows, info.rejected, info.failed, info.format,
+                        info.mapping, info.units, info.has_timestamps, duplicate_of, info.layout, info.time_kind,
+                        info.timestamp_resolution_s, info.notes)
+
+
+def _sample(cur, source: Source, expr: str) -> list[str]:
+    rows = cur.sql(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} WHERE v IS NOT NULL AND trim(v) <> '' "
+                   f"LIMIT {_SAMPLE_ROWS}").fetchall()
+    return [r[0] for r in rows]
+
+
+def _median(values: list[str]) -> float | None:
+    nums = sorted(float(v) for v in values if _is_float(v))
+    return nums[len(nums) // 2] if nums else None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The SQL that turns source rows into canonical rows plus a reject reason."""
+
+    select_sql: str
+    units: dict[str, str]
+    time_kind: TimeKind | None
+
+
+def _label(fld: str, column: str) -> str:
+    return sql_str(f"{fld} (column {column!r})")
+
+
+def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
+    """Build the parsing SQL for a source and mapping, resolving time and latency units from a sample."""
+    cols = source.columns
+    text = {fld: f"CAST({cols[col]} AS VARCHAR)" for fld, col in mapping.columns.items()}
+    units = dict(mapping.units)
+    time_kind = None
+    parsed: list[str] = []
+    reasons: list[str] = []
+
+    def num(fld: str) -> str:
+        return f"TRY_CAST(trim({text[fld]}) AS DOUBLE)"
+
+    for fld in ("input_tokens", "output_tokens"):
+        v, d, lab = text[fld], num(fld), _label(fld, mapping.columns[fld])
+        parsed.append(f"{d} AS __{fld}")
+        reasons.append(
+            f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN {lab} || ': missing' "
+            f"WHEN __{fld} IS NULL OR NOT isfinite(__{fld}) THEN {lab} || ': ' || {v} || ' is not a number' "
+            f"WHEN __{fld} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
+            f"WHEN __{fld} <> floor(__{fld}) OR __{fld} >= {_MAX_WHOLE_TOKENS!r} "
+            f"THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' END")
+    if "arrival" in mapping.columns:
+        time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
+        units["arrival"] = time_kind.kind
+        v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
+        parsed.append(f"{arrival_sql(f'trim({v})', time_kind)} AS __arrival")
+        reasons.append(f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN {lab} || ': missing' "
+                       f"WHEN __arrival IS NULL OR NOT isfinite(__arrival) "
+                       f"THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' END")
+    for fld in LATENCY_FIELDS:
+        if fld not in mapping.columns:
+            continue
+        unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
+                            if units[fld] == "auto" else None)
+        units[fld] = unit
+        v, lab = text[fld], _label(fld, mapping.columns[fld])
+        parsed.append(f"{num(fld)} * {LATENCY_UNITS[unit]!r} AS __{fld}")
+        reasons.append(f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN NULL "
+                       f"WHEN __{fld} IS NULL OR NOT isfinite(__{fld}) THEN {lab} || ': ' || {v} || ' is not a number' "
+                       f"WHEN __{fld} < 0 THEN {lab} || ': ' || {v} || ' is negative' END")
+    for fld in _TEXT_FIELDS:
+        if fld in mapping.columns:
+            parsed.append(f"nullif(trim({text[fld]}), '') AS __{fld}")
+
+    status_failed = "false"
+    if "status" in mapping.columns:
+        if normalize(mapping.columns["status"]) in ("error", "errors"):
+            status_failed = "__status IS NOT NULL"
+        else:
+            status_failed = (f"coalesce(regexp_matches(lower(__status), '{_FAILURE_WORDS}') "
+                             f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")
+
+    def out(fld: str, sql_type: str, expr: str | None = None) -> str:
+        present = fld in mapping.columns or (fld == "arrival_abs" and "arrival" in mapping.columns)
+        return f"{expr or '__' + fld} AS {fld}" if present else f"CAST(NULL AS {sql_type}) AS {fld}"
+
+    final = [
+        out("arrival_abs", "DOUBLE", "__arrival"),
+        "CAST(__input_tokens AS BIGINT) AS input_tokens",
+        "CAST(__output_tokens AS BIGINT) AS output_tokens",
+        out("model", "VARCHAR"), out("session_id", "VARCHAR"),
+        out("ttft_ms", "DOUBLE"), out("tpot_ms", "DOUBLE"), out("e2e_ms", "DOUBLE"),
+        out("status", "VARCHAR"), out("service", "VARCHAR"),
+        f"(__output_tokens = 0 OR {status_failed}) AS failed",
+        "__reason AS reason",
+        f"CASE WHEN __reason IS NOT NULL THEN {source.raw_row_sql()} END AS raw",
+    ]
+    select_sql = (
+        f"SELECT {', '.join(final)} FROM ("
+        f"SELECT *, nullif(concat_ws('; ', {', '.join(reasons)}), '') AS __reason FROM ("
+        f"SELECT *, {', '.join(parsed)} FROM {source.reader_sql}))"
+    )
+    return _Plan(select_sql, units, time_kind)
+
+
+class _ProgressPoller:
+    """Report DuckDB's query progress for one long statement, from a background thread."""
+
+    def __init__(self, con, on_progress: ProgressFn | None, start: float, end: float, message: str):
+        self.con, self.on_progress, self.start, self.end, self.message = con, on_progress, start, end, message
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                pct = self.con.query_progress()
+            except Exception:  # progress is best effort: the query may have just finished
+                return
+            if pct is not None and pct >= 0:
+                self.on_progress(self.start + (self.end - self.start) * min(pct, 100.0) / 100.0, self.message)
+
+    def __enter__(self):
+        if self.on_progress:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+def _structural_rejects(cur, source: Source) -> list[tuple[int, str, str]]:
+    """Lines DuckDB's CSV reader could not split into the header's columns: ``(row, raw, reason)``."""
+    if not source.rejects_table:
+        return []
+    header = 1 if source.dialect and source.dialect.header else 0
+    rows = cur.execute(f"SELECT line, csv_line, error_type, error_message FROM {source.rejects_table} "
+                       "ORDER BY line").fetchall()
+    return [(int(line) - header, raw, f"{etype.lower()}: {msg}") for line, raw, etype, msg in rows]
+
+
+def _row_sql(structural: list[tuple[int, str, str]]) -> str:
+    """Source row number of a stored row: its position, shifted past rows the CSV reader dropped."""
+    if not structural:
+        return "rowid + 1"
+    # good rows preceding each dropped row; a stored row at position p sits after every dropped row with fewer
+    before = [row - 1 - i for i, (row, _, _) in enumerate(structural)]
+    return f"rowid + 1 + len(list_filter({before!r}, lambda g: g < rowid + 1))"
+
+
+def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
+                fmt: str = "auto", overrides: dict[str, str] | None = None,
+                unit_overrides: dict[str, str] | None = None, dialect: Dialect | None = None,
+                source_file: str | None = None, on_progress: ProgressFn | None = None) -> IngestResult:
+    """Ingest one request log into the store, as a single transaction.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        The store (see :func:`planner.store.open_store`).
+    path : str or Path
+        The file; DuckDB streams it, Python reads only its first 64 KiB (and hashes it in chunks).
+    name : str, optional
+        Trace name; defaults to the file name without extensions, made unique.
+    fmt : str
+        ``auto`` or a format from :data:`planner.sources.FORMATS`.
+    overrides, unit_overrides : dict, optional
+        ``field -> column`` and ``field -> unit`` replacing what was detected.
+    dialect : Dialect, optional
+        CSV dialect replacing the sniffed one.
+    source_file : str, optional
+        File name to record (an upload's original name rather than its temporary path).
+    on_progress : callable, optional
+        Called with ``(fraction, message)`` as the ingest proceeds.
+
+    Returns
+    -------
+    IngestResult
+        For identical bytes ingested before: the earlier trace, with ``duplicate_of`` set and nothing stored.
+
+    Raises
+    ------
+    PlannerError
+        For unreadable, empty, binary or malformed files and unusable mappings; the store is left unchanged.
+    """
+    path = Path(path)
+    report = on_progress or (lambda f, m: None)
+    sha = file_sha256(path, on_progress) if path.is_file() else None
+    if sha is None:
+        open_source(con, path)  # raises the precise "no such file"/"is a directory" error
+    existing = store.find_by_hash(con, sha)
+    if existing is not None:
+        report(1.0, "already stored")
+        return _result_from_trace(existing, existing.trace_id)
+
+    trace_id = sha[:16]
+    cur = con.cursor()
+    report(0.1, "detecting format")
+    source = open_source(cur, path, fmt, dialect, rejects_name=f"rej_{trace_id}")
+    mapping = detect_mapping(list(source.columns), overrides, unit_overrides)
+    plan = plan_parse(cur, source, mapping)
+    data = store.requests_data_table(trace_id)
+    notes = list(source.notes)
+    cur.execute("BEGIN")
+    try:
+        with _ProgressPoller(cur, on_progress, 0.15, 0.9, "parsing rows"):
+            cur.execute(f"CREATE TABLE {data} AS {plan.select_sql}")
+        report(0.9, "collecting rejects")
+        structural = _structural_rejects(cur, source)
+        row_sql = _row_sql(structural)
+        if structural:
+            cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
+                            [(trace_id, row, raw, reason) for row, raw, reason in structural])
+        cur.execute(f"INSERT INTO rejects SELECT $t, {row_sql}, raw, reason FROM {data} WHERE reason IS NOT NULL",
+                    {"t": trace_id})
+        rows, bad, failed, t0 = cur.execute(
+            f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
+            f"count(*) FILTER (reason IS NULL AND failed), min(arrival_abs) FILTER (reason IS NULL) FROM {data}"
+        ).fetchall()[0]
+        rejected = bad + len(structural)
+        if rows == 0:
+            first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
+                                {"t": trace_id}).fetchall()
+            detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
+            raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
+                               "rows with whole, non-negative input and output token counts")
+        time_kind = plan.time_kind
+        has_time = time_kind is not None
+        cur.execute(
+            f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {row_sql} AS \"row\", "
+            f"arrival_abs - {float(t0) if has_time else 0.0!r} AS arrival, input_tokens, output_tokens, model, "
+            f"session_id, ttft_ms, tpot_ms, e2e_ms, status, service, failed FROM {data} WHERE reason IS NULL")
+        if rejected:
+            notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
+        trace_name = store.unique_name(cur, name or _stem(source_file or path.name))
+        cur.execute(
+            "INSERT INTO traces VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, $mapping, $units, $dialect, "
+            "$rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, now()::TIMESTAMP)",
+            {"id": trace_id, "name": trace_name, "src": source_file or path.name, "sha": sha,
+             "fmt": source.format, "comp": source.compression, "layout": mapping.layout,
+             "mapping": json.dumps(mapping.columns), "units": json.dumps(plan.units),
+             "dialect": json.dumps(source.dialect.as_dict()) if source.dialect else None,
+             "rows": rows, "rejected": rejected, "failed": failed, "has_time": has_time,
+             "kind": time_kind.kind if has_time else None,
+             "res": time_kind.resolution_s if has_time else None,
+             "start": float(t0) if has_time and time_kind.is_wall_clock else None, "notes": json.dumps(notes)})
+        cur.execute("COMMIT")
+    except PlannerError:
+        cur.execute("ROLLBACK")
+        raise
+    except duckdb.Error as exc:
+        cur.execute("ROLLBACK")
+        raise PlannerError(f"{path.name}: cannot read it as {source.format} ({_first_line(exc)}); expected a "
+                           "well-formed file (use --format to pick another reader)") from None
+    finally:
+        for table in (source.rejects_table, f"rej_{trace_id}_scans"):
+            if table:
+                cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
+    report(1.0, "stored")
+    return _result_from_trace(store.get_trace(con, trace_id), None)
+
+
+def _stem(filename: str) -> str:
+    stem = Path(filename).name
+    for _ in range(3):
+        base, dot, ext = stem.rpartition(".")
+        if dot and ext.lower() in ("csv", "tsv", "json", "jsonl", "ndjson", "parquet", "gz", "zst", "zstd", "txt"):
+            stem = base
+    return stem or "trace"

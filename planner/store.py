@@ -1,0 +1,204 @@
+"""The DuckDB trace store: one file holding traces, their requests and their rejected rows.
+
+Requests live in one table per trace, named by the trace id (itself derived from the content hash), written in a
+single ``CREATE TABLE AS`` pass so that a large ingest costs little more than DuckDB's own CSV load. A view of the
+same name minus the ``_data`` suffix exposes the canonical fields with ``arrival`` relative to the first request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import platformdirs
+
+from planner.errors import PlannerError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+    trace_id VARCHAR PRIMARY KEY,
+    name VARCHAR NOT NULL UNIQUE,
+    source_file VARCHAR NOT NULL,
+    content_sha256 VARCHAR NOT NULL,
+    format VARCHAR NOT NULL,
+    compression VARCHAR NOT NULL,
+    layout VARCHAR NOT NULL,
+    mapping VARCHAR NOT NULL,          -- JSON: canonical field -> source column
+    units VARCHAR NOT NULL,            -- JSON: canonical field -> unit the source used
+    dialect VARCHAR,                   -- JSON: CSV dialect used, null for other formats
+    rows BIGINT NOT NULL,
+    rejected BIGINT NOT NULL,
+    failed BIGINT NOT NULL,
+    has_timestamps BOOLEAN NOT NULL,
+    time_kind VARCHAR,                 -- datetime | epoch_s | epoch_ms | epoch_us | epoch_ns | relative_s | relative_ms
+    timestamp_resolution_s DOUBLE,
+    start_epoch_s DOUBLE,              -- first request as epoch seconds, when the trace has wall-clock times
+    notes VARCHAR NOT NULL,            -- JSON list of things the ingest noticed
+    created TIMESTAMP NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rejects (
+    trace_id VARCHAR NOT NULL,
+    "row" BIGINT NOT NULL,
+    raw VARCHAR,
+    reason VARCHAR NOT NULL
+);
+"""
+
+CANONICAL_COLUMNS = (
+    "row", "arrival", "input_tokens", "output_tokens", "model", "session_id",
+    "ttft_ms", "tpot_ms", "e2e_ms", "status", "service", "failed",
+)
+
+
+def default_db_path() -> Path:
+    """Return the store path: ``$PLANNER_DB`` if set, else ``traces.duckdb`` in the user's data directory."""
+    env = os.environ.get("PLANNER_DB")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("llm-capacity-planner")) / "traces.duckdb"
+
+
+def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the DuckDB store and make sure its tables exist.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        The DuckDB file; defaults to :func:`default_db_path`.
+
+    Returns
+    -------
+    duckdb.DuckDBPyConnection
+        A connection with the session time zone set to UTC, so zone-less timestamps read as UTC.
+    """
+    db_path = Path(path) if path is not None else default_db_path()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(db_path))
+    except duckdb.Error as exc:
+        raise PlannerError(f"cannot open the trace store {db_path}: {exc}; expected a DuckDB 2.x file "
+                           "not locked by another process") from None
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(SCHEMA)
+    return con
+
+
+def quote_ident(name: str) -> str:
+    """Quote an SQL identifier for DuckDB."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def requests_view(trace_id: str) -> str:
+    """The quoted name of the view holding a trace's canonical requests."""
+    return quote_ident(f"requests_{trace_id}")
+
+
+def requests_data_table(trace_id: str) -> str:
+    """The quoted name of the table behind :func:`requests_view` (rejected rows included, flagged)."""
+    return quote_ident(f"requests_{trace_id}_data")
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """One row of the ``traces`` table."""
+
+    trace_id: str
+    name: str
+    source_file: str
+    format: str
+    compression: str
+    layout: str
+    mapping: dict
+    units: dict
+    dialect: dict | None
+    rows: int
+    rejected: int
+    failed: int
+    has_timestamps: bool
+    time_kind: str | None
+    timestamp_resolution_s: float | None
+    start_epoch_s: float | None
+    notes: list
+    created: str
+
+
+def _trace_from_row(cols: list[str], row: tuple) -> TraceInfo:
+    rec = dict(zip(cols, row))
+    for key in ("mapping", "units", "notes"):
+        rec[key] = json.loads(rec[key])
+    rec["dialect"] = json.loads(rec["dialect"]) if rec["dialect"] else None
+    rec.pop("content_sha256")
+    rec["created"] = rec["created"].isoformat(timespec="seconds")
+    return TraceInfo(**rec)
+
+
+def list_traces(con: duckdb.DuckDBPyConnection) -> list[TraceInfo]:
+    """All stored traces, newest first."""
+    cur = con.cursor()
+    rel = cur.sql("SELECT * FROM traces ORDER BY created DESC, name")
+    cols = rel.columns
+    return [_trace_from_row(cols, r) for r in rel.fetchall()]
+
+
+def get_trace(con: duckdb.DuckDBPyConnection, ref: str) -> TraceInfo:
+    """Find a trace by id or by name.
+
+    Raises
+    ------
+    PlannerError
+        If no trace has that id or name; the message lists the names that exist.
+    """
+    cur = con.cursor()
+    rel = cur.sql("SELECT * FROM traces WHERE trace_id = $ref OR name = $ref ORDER BY trace_id = $ref DESC",
+                  params={"ref": ref})
+    cols, rows = rel.columns, rel.fetchall()
+    if not rows:
+        names = [t.name for t in list_traces(con)]
+        known = ", ".join(names[:20]) if names else "none: ingest one with `python -m planner ingest PATH`"
+        raise PlannerError(f"no trace with id or name {ref!r}; expected one of the stored traces ({known})")
+    return _trace_from_row(cols, rows[0])
+
+
+def find_by_hash(con: duckdb.DuckDBPyConnection, sha256: str) -> TraceInfo | None:
+    """The trace stored from the same bytes, if any."""
+    cur = con.cursor()
+    rel = cur.sql("SELECT * FROM traces WHERE content_sha256 = $h", params={"h": sha256})
+    cols, rows = rel.columns, rel.fetchall()
+    return _trace_from_row(cols, rows[0]) if rows else None
+
+
+def unique_name(con: duckdb.DuckDBPyConnection, wanted: str) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken."""
+    cur = con.cursor()
+    taken = {r[0] for r in cur.execute("SELECT name FROM traces").fetchall()}
+    name, n = wanted, 2
+    while name in taken:
+        name, n = f"{wanted}-{n}", n + 1
+    return name
+
+
+def rejects_of(con: duckdb.DuckDBPyConnection, trace_id: str, limit: int | None = None) -> list[tuple]:
+    """``(row, raw, reason)`` of a trace's rejected rows in source order."""
+    cur = con.cursor()
+    sql = 'SELECT "row", raw, reason FROM rejects WHERE trace_id = $t ORDER BY "row"'
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return cur.execute(sql, {"t": trace_id}).fetchall()
+
+
+def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:
+    """Remove a trace, its requests and its rejects in one transaction."""
+    cur = con.cursor()
+    cur.execute("BEGIN")
+    try:
+        cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
+        cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
+        cur.execute("DELETE FROM rejects WHERE trace_id = $t", {"t": trace_id})
+        cur.execute("DELETE FROM traces WHERE trace_id = $t", {"t": trace_id})
+        cur.execute("COMMIT")
+    except Exception:
+        cur.execute("ROLLBACK")
+        raise
