@@ -7,7 +7,6 @@ With ``--json`` a command prints exactly one JSON object on stdout; progress goe
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -102,10 +101,8 @@ def cmd_rejects(args) -> None:
     info = store.get_trace(con, args.trace)
     rows = store.rejects_of(con, info.trace_id)
     if args.output:
-        with open(args.output, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["row", "raw", "reason"])
-            writer.writerows(rows)
+        with open(args.output, "wb") as fh:
+            fh.write(store.rejects_csv(con, info.trace_id))
     obj = {"trace_id": info.trace_id, "rejected": len(rows), "path": args.output,
            "rejects": [] if args.output else [{"row": r, "raw": raw, "reason": why} for r, raw, why in rows]}
     human = "\n".join(f"{r}\t{why}\t{raw}" for r, raw, why in rows) or "no rejected rows"

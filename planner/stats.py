@@ -99,3 +99,8 @@ def trace_stats(con: duckdb.DuckDBPyConnection, trace_ref: str) -> dict:
     result["arrivals"] = (arrival_stats(con, info.trace_id, info.timestamp_resolution_s)
                           if info.has_timestamps else None)
     return result
+
+
+def percentile_rows(table: dict[str, dict | None]) -> list[dict]:
+    """Percentile blocks as table rows (``field, mean, p50 … max``), skipping fields without values."""
+    return [{"field": f, **block} for f, block in table.items() if block is not None]

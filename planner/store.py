@@ -7,6 +7,8 @@ same name minus the ``_data`` suffix exposes the canonical fields with ``arrival
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from dataclasses import dataclass
@@ -187,6 +189,15 @@ def rejects_of(con: duckdb.DuckDBPyConnection, trace_id: str, limit: int | None 
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return cur.execute(sql, {"t": trace_id}).fetchall()
+
+
+def rejects_csv(con: duckdb.DuckDBPyConnection, trace_id: str) -> bytes:
+    """A trace's rejected rows as CSV bytes (``row,raw,reason``), for download."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["row", "raw", "reason"])
+    writer.writerows(rejects_of(con, trace_id))
+    return buf.getvalue().encode("utf-8")
 
 
 def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:

@@ -1,0 +1,36 @@
+"""LLM serving capacity planner: the frame shared by every page (navigation, page config, trace picker)."""
+
+import streamlit as st
+
+from pages._shared import connection
+from planner import store
+
+st.set_page_config(page_title="LLM capacity planner", page_icon=":material/speed:", layout="wide")
+
+traces = store.list_traces(connection())
+names = [t.name for t in traces]
+by_name = {t.name: t for t in traces}
+with st.sidebar:
+    st.markdown("### Trace")
+    if names:
+        default = names.index("sample_chat") if "sample_chat" in names else 0
+        if st.session_state.get("pending_trace") in by_name:
+            st.session_state["trace"] = st.session_state.pop("pending_trace")
+        elif st.session_state.get("trace") not in by_name:
+            st.session_state.pop("trace", None)
+        picked = st.selectbox("Trace", names, index=default, key="trace", bind="query-params",
+                              help="The request log every page analyses. Add one on the Traces page.",
+                              label_visibility="collapsed")
+        info = by_name[picked]
+        st.session_state["selected_trace_id"] = info.trace_id
+        st.caption(f"{info.rows:,} requests · {info.failed:,} failed · {info.rejected:,} rejected · "
+                   f"`{info.trace_id}`")
+    else:
+        st.session_state["selected_trace_id"] = None
+        st.caption("No traces yet: upload one on the Traces page.")
+
+page = st.navigation([
+    st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", url_path="overview", default=True),
+    st.Page("pages/traces.py", title="Traces", icon=":material/upload_file:", url_path="traces"),
+])
+page.run()

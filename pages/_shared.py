@@ -1,0 +1,39 @@
+"""What every page shares: the cached store connection, the selected trace and cached planner calls."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from planner import stats, store
+from planner.samples import ensure_sample
+
+
+@st.cache_resource(validate=lambda con: con is not None, on_release=lambda con: con.close())
+def get_store(db_path: str):
+    """One DuckDB connection per process (pages take a cursor per unit of work); the sample is loaded once."""
+    con = store.open_store(db_path)
+    ensure_sample(con)
+    return con
+
+
+def connection():
+    return get_store(str(store.default_db_path()))
+
+
+def selected_trace() -> store.TraceInfo | None:
+    """The trace picked in the sidebar, or None when the store is empty."""
+    trace_id = st.session_state.get("selected_trace_id")
+    if not trace_id:
+        return None
+    return store.get_trace(connection(), trace_id)
+
+
+@st.cache_data(max_entries=64, show_spinner="Computing percentiles…")
+def trace_stats(trace_id: str) -> dict:
+    """Stats of an immutable trace (its id is its content hash), cached per id."""
+    return stats.trace_stats(connection(), trace_id)
+
+
+@st.cache_data(max_entries=64)
+def rejects_csv(trace_id: str) -> bytes:
+    return store.rejects_csv(connection(), trace_id)

@@ -1,0 +1,123 @@
+"""Traces: upload a request log, check its detected mapping and preview, ingest it, see what was rejected."""
+
+import tempfile
+import threading
+from pathlib import Path
+
+import polars as pl
+import streamlit as st
+from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+from pages._shared import connection, rejects_csv
+from planner import store
+from planner.errors import PlannerError
+from planner.ingest import ingest_file
+from planner.layouts import FIELDS_HELP
+from planner.preview import inspect_file
+from planner.sources import FORMATS, Dialect
+
+NONE = "—"
+DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
+
+st.title("Traces")
+uploaded = st.file_uploader(
+    "Request log", key="traces_upload",
+    type=["csv", "tsv", "txt", "jsonl", "ndjson", "json", "parquet", "gz", "zst", "zstd"],
+    help="CSV/TSV, JSON Lines, JSON, Parquet, optionally gzip/zstd-compressed. Azure, BurstGPT, Mooncake, Vidur, "
+         "vLLM benchmark and OpenAI usage layouts map themselves. For files over 1 GB use "
+         "`python -m planner ingest PATH`.")
+
+
+def saved_upload(file) -> Path:
+    """Write the upload once per file id to a temporary file DuckDB can stream and sniff."""
+    key = f"traces_tmp_{file.file_id}"
+    if key not in st.session_state:
+        suffix = "".join(Path(file.name).suffixes[-2:])
+        with tempfile.NamedTemporaryFile(delete=False, suffix=suffix) as fh:
+            fh.write(file.getbuffer())
+        st.session_state[key] = fh.name
+    return Path(st.session_state[key])
+
+
+if uploaded is not None:
+    path = saved_upload(uploaded)
+    c1, c2, c3 = st.columns(3)
+    fmt = c1.selectbox("Format", ("auto",) + FORMATS, key="traces_format")
+    delim = c2.selectbox("CSV delimiter", list(DELIMITERS), key="traces_delimiter")
+    header = c3.checkbox("CSV has a header row", value=True, key="traces_header")
+    dialect = None if DELIMITERS[delim] is None and header else Dialect(DELIMITERS[delim] or ",", header=header)
+    try:
+        seen = inspect_file(connection(), path, fmt, dialect)
+    except PlannerError as exc:
+        st.error(str(exc))
+        st.stop()
+    src = seen.source
+    st.caption(f"Format **{src.format}**, compression {src.compression}"
+               + (f", layout **{seen.mapping.layout}**" if seen.mapping else "")
+               + "".join(f" · {n}" for n in src.notes))
+    st.dataframe(seen.preview, hide_index=True, key="traces_preview", height=240)
+    if seen.mapping_error:
+        st.warning(seen.mapping_error)
+
+    st.markdown("**Column mapping** (detected; change any field)")
+    detected = seen.mapping.columns if seen.mapping else {}
+    options = [NONE] + seen.columns
+    overrides = {}
+    grid = st.columns(5)
+    for i, (fld, help_text) in enumerate(FIELDS_HELP.items()):
+        current = detected.get(fld, NONE)
+        choice = grid[i % 5].selectbox(fld, options, index=options.index(current), help=help_text,
+                                       key=f"traces_map_{uploaded.file_id}_{fld}")
+        if choice != current:
+            overrides[fld] = "" if choice == NONE else choice
+    name = st.text_input("Trace name", value=Path(uploaded.name).name.split(".")[0], key="traces_name")
+
+    if st.button("Ingest", type="primary", key="traces_ingest"):
+        ctx = get_script_run_ctx()
+        with st.status("Ingesting…", expanded=True) as status:
+            bar = st.progress(0.0, text="starting")
+
+            def show(fraction: float, message: str) -> None:
+                if get_script_run_ctx() is None:  # DuckDB progress arrives on a worker thread
+                    add_script_run_ctx(threading.current_thread(), ctx)
+                bar.progress(min(fraction, 1.0), text=message)
+
+            try:
+                result = ingest_file(connection(), path, name=name or None, fmt=fmt, overrides=overrides,
+                                     dialect=dialect, source_file=uploaded.name, on_progress=show)
+            except PlannerError as exc:
+                status.update(label="Ingest failed: nothing was stored", state="error")
+                st.error(str(exc))
+                st.stop()
+            label = (f"Already stored as {result.name}" if result.duplicate_of
+                     else f"Stored {result.rows:,} rows as {result.name}")
+            status.update(label=label, state="complete")
+        st.session_state["traces_last"] = result.trace_id
+        st.session_state["pending_trace"] = result.name  # the sidebar picker switches on the next run
+        st.rerun()
+
+last = st.session_state.get("traces_last")
+if last:
+    info = store.get_trace(connection(), last)
+    m = st.columns(3)
+    m[0].metric("Stored", f"{info.rows:,}")
+    m[1].metric("Failed", f"{info.failed:,}")
+    m[2].metric("Rejected", f"{info.rejected:,}")
+    if info.rejected:
+        st.dataframe(pl.DataFrame(store.rejects_of(connection(), last, limit=200), orient="row",
+                                  schema=["row", "raw", "reason"]), hide_index=True, key="traces_rejects")
+        st.download_button("Download rejected rows (CSV)", rejects_csv(last), file_name=f"{info.name}-rejects.csv",
+                           mime="text/csv", on_click="ignore", key="traces_rejects_download")
+
+st.subheader("Stored traces")
+traces = store.list_traces(connection())
+st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.rows, "failed": t.failed,
+                            "rejected": t.rejected, "format": t.format, "layout": t.layout,
+                            "source": t.source_file, "created": t.created} for t in traces]),
+             hide_index=True, key="traces_table")
+if traces:
+    with st.expander("Delete a trace"):
+        doomed = st.selectbox("Trace to delete", [t.name for t in traces], key="traces_delete_pick")
+        if st.button("Delete", key="traces_delete"):
+            store.delete_trace(connection(), store.get_trace(connection(), doomed).trace_id)
+            st.rerun()
