@@ -216,13 +216,18 @@ def _structural_rejects(cur, source: Source) -> list[tuple[int, str, str]]:
     return [(int(line) - header, raw, f"{etype.lower()}: {msg}") for line, raw, etype, msg in rows]
 
 
-def _row_sql(structural: list[tuple[int, str, str]]) -> str:
-    """Source row number of a stored row: its position, shifted past rows the CSV reader dropped."""
+def _row_sql(structural: list[tuple[int, str, str]], first_rowid: int = 0) -> str:
+    """Source row number of a stored row: its position, shifted past rows the CSV reader dropped.
+
+    ``first_rowid`` is the rowid of the table's first row: 0 once committed, a large offset inside the
+    transaction that created the table (DuckDB numbers transaction-local rows from ``2**55``).
+    """
+    position = f"(rowid - {first_rowid} + 1)"
     if not structural:
-        return "rowid + 1"
+        return position
     # good rows preceding each dropped row; a stored row at position p sits after every dropped row with fewer
     before = [row - 1 - i for i, (row, _, _) in enumerate(structural)]
-    return f"rowid + 1 + len(list_filter({before!r}, lambda g: g < rowid + 1))"
+    return f"{position} + len(list_filter({before!r}, lambda g: g < {position}))"
 
 
 def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
@@ -284,11 +289,12 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             cur.execute(f"CREATE TABLE {data} AS {plan.select_sql}")
         report(0.9, "collecting rejects")
         structural = _structural_rejects(cur, source)
-        row_sql = _row_sql(structural)
+        first_rowid = cur.execute(f"SELECT coalesce(min(rowid), 0) FROM {data}").fetchall()[0][0]
         if structural:
             cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
                             [(trace_id, row, raw, reason) for row, raw, reason in structural])
-        cur.execute(f"INSERT INTO rejects SELECT $t, {row_sql}, raw, reason FROM {data} WHERE reason IS NOT NULL",
+        cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason FROM {data} "
+                    "WHERE reason IS NOT NULL",
                     {"t": trace_id})
         rows, bad, failed, t0 = cur.execute(
             f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
@@ -304,7 +310,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         time_kind = plan.time_kind
         has_time = time_kind is not None
         cur.execute(
-            f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {row_sql} AS \"row\", "
+            f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
             f"arrival_abs - {float(t0) if has_time else 0.0!r} AS arrival, input_tokens, output_tokens, model, "
             f"session_id, ttft_ms, tpot_ms, e2e_ms, status, service, failed FROM {data} WHERE reason IS NULL")
         if rejected:

@@ -16,6 +16,7 @@ from planner.errors import PlannerError
 from planner.store import quote_ident
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
+_DELIMITERS = (",", "\t", ";", "|")
 _HEAD_BYTES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -131,12 +132,13 @@ def detect_format(path: Path, compression: str, head: bytes) -> str:
     return "tsv" if ".tsv" in suffixes else "csv"
 
 
-def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str) -> dict[str, str]:
+def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: str) -> dict[str, str]:
     """Columns of a reader, STRUCT fields flattened to ``parent.child``."""
     try:
         rel = con.sql(f"SELECT * FROM {reader_sql} LIMIT 0")
     except duckdb.Error as exc:
-        raise PlannerError(f"cannot read the file: {_first_line(exc)}") from None
+        raise PlannerError(f"{path.name}: cannot read it as {fmt} ({_first_line(exc)}); expected a well-formed "
+                           f"{fmt} file (use --format to pick another reader)") from None
     columns: dict[str, str] = {}
 
     def walk(name: str, expr: str, dtype) -> None:
@@ -156,7 +158,8 @@ def _first_line(exc: Exception) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str) -> Dialect:
+def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
+                  head_text: str) -> Dialect:
     """Sniff a CSV/TSV dialect with DuckDB's sniffer (a TSV extension pins the tab)."""
     opts = [f"compression={sql_str(compression)}"]
     if fmt == "tsv":
@@ -169,6 +172,12 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
                            "text file with a header row (set --delimiter/--quote to read it as such)") from None
     delim, quote, escape, header = row
     clean = lambda v: "" if v in (None, "(empty)") else v  # noqa: E731
+    # DuckDB's sniffer wants consistent rows; a small file with a broken line can fool it into one column.
+    first_line = head_text.split("\n", 1)[0]
+    counts = {d: first_line.count(d) for d in _DELIMITERS}
+    best = max(counts, key=counts.get)
+    if counts[best] and counts.get(delim, 0) == 0:
+        delim, header = best, True
     return Dialect(delimiter=delim, quote=clean(quote), escape=clean(escape), header=bool(header))
 
 
@@ -202,7 +211,7 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "au
     notes: list[str] = []
     if fmt in ("csv", "tsv"):
         if dialect is None:
-            dialect = sniff_dialect(con, path, compression, fmt)
+            dialect = sniff_dialect(con, path, compression, fmt, head.decode("utf-8", errors="replace"))
             notes.append(f"CSV dialect sniffed: delimiter {dialect.delimiter!r}, quote {dialect.quote!r}, "
                          f"header {'yes' if dialect.header else 'no'}")
         if dialect.delimiter == "\t":
@@ -213,15 +222,15 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "au
                 f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480")
         reader = (f"{peek}, store_rejects=true, rejects_table={sql_str(rejects)}, "
                   f"rejects_scan={sql_str(rejects_name + '_scans')})")
-        columns = _flatten(con, peek + ", ignore_errors=true)")
+        columns = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
         return Source(path, fmt, compression, reader, columns, dialect, rejects, tuple(notes),
                       peek + ", ignore_errors=true)")
     if fmt == "parquet":
         reader = f"read_parquet({p})"
-        return Source(path, fmt, compression, reader, _flatten(con, reader), notes=tuple(notes))
+        return Source(path, fmt, compression, reader, _flatten(con, reader, path, fmt), notes=tuple(notes))
     json_format = {"jsonl": "newline_delimited", "json": "auto"}[fmt]
     reader = f"read_json({p}, format={sql_str(json_format)}, compression={comp}, sample_size=20480)"
-    columns = _flatten(con, reader)
+    columns = _flatten(con, reader, path, fmt)
     if {"input_lens", "output_lens"} <= set(columns):
         reader, columns, note = _vllm_benchmark_reader(con, reader, columns)
         notes.append(note)

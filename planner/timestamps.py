@@ -106,7 +106,9 @@ def arrival_sql(value_sql: str, kind: TimeKind) -> str:
     """SQL turning the text value into seconds (epoch or relative, as the kind says); NULL when unparsable."""
     if kind.kind == "datetime":
         return f"epoch(TRY_CAST({value_sql} AS TIMESTAMPTZ))"
-    scale = "" if kind.seconds_per_unit == 1.0 else f" * {kind.seconds_per_unit!r}"
+    # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
+    per_second = round(1.0 / kind.seconds_per_unit)
+    scale = "" if per_second == 1 else f" / {per_second}.0"
     return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
 
 

@@ -1,0 +1,169 @@
+import json
+
+import duckdb
+import pytest
+
+from conftest import canonical_rows, write
+from planner import store
+from planner.errors import PlannerError
+from planner.ingest import ingest_file
+from planner.sources import Dialect
+
+CSV = ("timestamp,prompt_tokens,completion_tokens,ttft_ms\n"
+       "2024-01-01 00:00:01.5,100,10,50\n"
+       "2024-01-01 00:00:00.5,200,0,60\n"
+       "2024-01-01 00:00:03.0,300,30,70\n")
+EXPECTED = [(1, 1.0, 100, 10), (2, 0.0, 200, 0), (3, 2.5, 300, 30)]
+
+
+def rows_as_records():
+    return [{"timestamp": "2024-01-01 00:00:01.5", "prompt_tokens": 100, "completion_tokens": 10, "ttft_ms": 50},
+            {"timestamp": "2024-01-01 00:00:00.5", "prompt_tokens": 200, "completion_tokens": 0, "ttft_ms": 60},
+            {"timestamp": "2024-01-01 00:00:03.0", "prompt_tokens": 300, "completion_tokens": 30, "ttft_ms": 70}]
+
+
+def make_file(tmp_path, kind: str):
+    records = rows_as_records()
+    if kind.startswith("csv"):
+        return write(tmp_path / "t.csv", CSV, "gzip" if kind == "csv.gz" else "zstd" if kind == "csv.zst" else "none")
+    if kind == "tsv":
+        return write(tmp_path / "t.tsv", CSV.replace(",", "\t"))
+    if kind == "semicolon":
+        return write(tmp_path / "t.txt", CSV.replace(",", ";"))
+    if kind.startswith("jsonl"):
+        text = "".join(json.dumps(r) + "\n" for r in records)
+        return write(tmp_path / "t.jsonl", text, "gzip" if kind == "jsonl.gz" else "none")
+    if kind == "json":
+        return write(tmp_path / "t.json", json.dumps(records, indent=1))
+    if kind == "parquet":
+        path = tmp_path / "t.parquet"
+        src = write(tmp_path / "src.csv", CSV)
+        duckdb.connect().execute(f"COPY (SELECT * FROM read_csv('{src}', all_varchar=true)) TO '{path}' "
+                                 "(FORMAT parquet)")
+        return path
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind, fmt", [("csv", "csv"), ("csv.gz", "csv"), ("csv.zst", "csv"), ("tsv", "tsv"),
+                                       ("semicolon", "csv"), ("jsonl", "jsonl"), ("jsonl.gz", "jsonl"),
+                                       ("json", "json"), ("parquet", "parquet")])
+def test_every_format_gives_the_same_requests(con, tmp_path, kind, fmt):
+    result = ingest_file(con, make_file(tmp_path, kind))
+    assert result.format == fmt
+    assert (result.rows, result.rejected, result.failed) == (3, 0, 1)
+    assert canonical_rows(con, result.trace_id) == EXPECTED
+    assert canonical_rows(con, result.trace_id, "ttft_ms") == [(50.0,), (60.0,), (70.0,)]
+    assert result.mapping["input_tokens"] == "prompt_tokens"
+
+
+def test_bad_values_go_to_rejects_with_row_and_reason(con, tmp_path):
+    path = write(tmp_path / "bad.csv", "ts,input_tokens,output_tokens\n"
+                 "1.0,10,5\n"       # 1 ok
+                 "2.0,abc,5\n"      # 2 not a number
+                 "3.0,-4,5\n"       # 3 negative
+                 "4.0,,5\n"         # 4 missing
+                 "5.0,12.5,5\n"     # 5 fractional
+                 "xx,10,5\n"        # 6 bad time
+                 "7.0,12.0,0\n")    # 7 ok, failed (zero output)
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected, result.failed) == (2, 5, 1)
+    rejects = store.rejects_of(con, result.trace_id)
+    assert [r[0] for r in rejects] == [2, 3, 4, 5, 6]
+    reasons = [r[2] for r in rejects]
+    assert "input_tokens (column 'input_tokens'): abc is not a number" in reasons[0]
+    assert "is negative" in reasons[1] and "missing" in reasons[2] and "whole number" in reasons[3]
+    assert "arrival (column 'ts'): cannot read xx" in reasons[4]
+    assert rejects[0][1] == "2.0,abc,5"
+    assert canonical_rows(con, result.trace_id) == [(1, 0.0, 10, 5), (7, 6.0, 12, 0)]
+    csv_bytes = store.rejects_csv(con, result.trace_id).decode()
+    assert csv_bytes.splitlines()[0] == "row,raw,reason" and len(csv_bytes.splitlines()) == 6
+
+
+def test_structurally_broken_lines_keep_row_numbers_straight(con, tmp_path):
+    path = write(tmp_path / "broken.csv", "t,input_tokens,output_tokens\n1,10,1\n2,20,2,99\n3,30,3\n4,40\n5,50,5\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected) == (3, 2)
+    assert [r[0] for r in store.rejects_of(con, result.trace_id)] == [2, 4]
+    assert [r[0] for r in canonical_rows(con, result.trace_id)] == [1, 3, 5]
+    assert [r[2] for r in canonical_rows(con, result.trace_id)] == [10, 30, 50]
+
+
+def test_identical_bytes_store_nothing_new(con, tmp_path):
+    path = make_file(tmp_path, "csv")
+    first = ingest_file(con, path)
+    copy = write(tmp_path / "copy.csv", path.read_bytes())
+    again = ingest_file(con, copy, name="other")
+    assert again.duplicate_of == first.trace_id and again.trace_id == first.trace_id
+    assert len(store.list_traces(con)) == 1
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'requests_%'").fetchall() == [(1,)]
+
+
+def test_names_are_made_unique(con, tmp_path):
+    a = ingest_file(con, write(tmp_path / "a.csv", CSV), name="same")
+    b = ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name="same")
+    assert (a.name, b.name) == ("same", "same-2")
+    assert store.get_trace(con, "same-2").trace_id == b.trace_id
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"", "is empty"),
+    (b"\n\n  \n", "is empty"),
+    (b"\x00\x01\x02\x03binary\xff\xfe", "looks binary"),
+    (b'{"input_tokens": 1, "output_tokens": 2}\n{"input_tokens": 3, "output_tok', "cannot read it as jsonl"),
+    (b'[{"input_tokens": 1, "output_tokens": 2}, {"input_tok', "cannot read"),
+    (b"when,words\n1,2\n", "no recognisable token columns"),
+    (b"ts,input_tokens,output_tokens\n", "no usable requests"),
+])
+def test_bad_files_fail_cleanly_and_leave_the_store_unchanged(con, tmp_path, content, needle):
+    ingest_file(con, make_file(tmp_path, "csv"))
+    before = (store.list_traces(con), con.execute("SELECT count(*) FROM rejects").fetchall(),
+              con.execute("SELECT count(*) FROM duckdb_tables()").fetchall())
+    path = write(tmp_path / "bad.data", content)
+    with pytest.raises(PlannerError, match=needle):
+        ingest_file(con, path)
+    after = (store.list_traces(con), con.execute("SELECT count(*) FROM rejects").fetchall(),
+             con.execute("SELECT count(*) FROM duckdb_tables()").fetchall())
+    assert before == after
+
+
+def test_truncated_gzip_fails_cleanly(con, tmp_path):
+    big = "t,input_tokens,output_tokens\n" + "".join(f"{i},{i % 500 + 1},{i % 90 + 1}\n" for i in range(50000))
+    full = write(tmp_path / "full.csv.gz", big, "gzip")
+    cut = write(tmp_path / "cut.csv.gz", full.read_bytes()[: full.stat().st_size // 2])
+    with pytest.raises(PlannerError):
+        ingest_file(con, cut)
+    assert store.list_traces(con) == []
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'requests_%'").fetchall() == [(0,)]
+
+
+def test_all_rows_rejected_is_an_error_not_an_empty_trace(con, tmp_path):
+    with pytest.raises(PlannerError, match="no usable requests.*abc is not a number"):
+        ingest_file(con, write(tmp_path / "x.csv", "input_tokens,output_tokens\nabc,1\n"))
+    assert store.list_traces(con) == []
+
+
+def test_missing_file_is_named(con, tmp_path):
+    with pytest.raises(PlannerError, match="no such file"):
+        ingest_file(con, tmp_path / "nope.csv")
+
+
+def test_dialect_override(con, tmp_path):
+    path = write(tmp_path / "p.csv", "prompt_tokens|completion_tokens\n5|6\n7|8\n")
+    result = ingest_file(con, path, dialect=Dialect(delimiter="|"))
+    assert canonical_rows(con, result.trace_id, "input_tokens, output_tokens") == [(5, 6), (7, 8)]
+
+
+def test_headerless_csv_needs_a_map(con, tmp_path):
+    path = write(tmp_path / "h.csv", "5,6\n7,8\n")
+    with pytest.raises(PlannerError, match="no recognisable token columns"):
+        ingest_file(con, path, dialect=Dialect(header=False))
+    result = ingest_file(con, path, dialect=Dialect(header=False),
+                         overrides={"input_tokens": "column0", "output_tokens": "column1"})
+    assert result.rows == 2 and not result.has_timestamps
+
+
+def test_failure_status_is_flagged(con, tmp_path):
+    path = write(tmp_path / "s.csv", "input_tokens,output_tokens,status\n1,5,200\n2,6,500\n3,7,timeout\n4,8,ok\n")
+    result = ingest_file(con, path)
+    assert result.failed == 2
+    assert [r[0] for r in canonical_rows(con, result.trace_id, "failed")] == [False, True, True, False]
