@@ -39,7 +39,8 @@ def saved_upload(file) -> Path:
     return Path(st.session_state[key])
 
 
-if uploaded is not None:
+def upload_section(uploaded) -> None:
+    """Inspect, map and ingest one upload; errors are shown and the rest of the page still renders."""
     path = saved_upload(uploaded)
     c1, c2, c3 = st.columns(3)
     fmt = c1.selectbox("Format", ("auto",) + FORMATS, key="traces_format")
@@ -50,7 +51,7 @@ if uploaded is not None:
         seen = inspect_file(connection(), path, fmt, dialect)
     except PlannerError as exc:
         st.error(str(exc))
-        st.stop()
+        return
     src = seen.source
     st.caption(f"Format **{src.format}**, compression {src.compression}"
                + (f", layout **{seen.mapping.layout}**" if seen.mapping else "")
@@ -88,13 +89,17 @@ if uploaded is not None:
             except PlannerError as exc:
                 status.update(label="Ingest failed: nothing was stored", state="error")
                 st.error(str(exc))
-                st.stop()
+                return
             label = (f"Already stored as {result.name}" if result.duplicate_of
                      else f"Stored {result.rows:,} rows as {result.name}")
             status.update(label=label, state="complete")
         st.session_state["traces_last"] = result.trace_id
         st.session_state["pending_trace"] = result.name  # the sidebar picker switches on the next run
         st.rerun()
+
+
+if uploaded is not None:
+    upload_section(uploaded)
 
 last = st.session_state.get("traces_last")
 if last:

@@ -1,0 +1,84 @@
+"""One AppTest per page, the upload path included (Streamlit's own test harness, real DuckDB store)."""
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT
+
+BURST = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+         b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n"
+         b"50,GPT-4,0,0,0,Conversation log\n60,ChatGPT,abc,12,12,API log\n")
+
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    assert not at.exception
+    return at
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def table_with(at, column: str):
+    """The first dataframe that has this column (AppTest exposes keys only for selectable dataframes)."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def test_overview_shows_the_bundled_sample(app):
+    got = metrics(app)
+    assert got["Requests"] == "8,397" and got["Failed"] == "47" and got["Rejected"] == "0"
+    assert got["Inter-arrival CV"] == "2.13"
+    table = table_with(app, "p999")
+    assert list(table["field"]) == ["input_tokens", "output_tokens", "total_tokens", "ttft_ms", "tpot_ms", "e2e_ms"]
+    assert table["p50"][0] == 662.0
+
+
+def test_trace_picker_is_bound_to_the_url(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "q.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["trace"] = "sample_chat"
+    at.run()
+    assert not at.exception and at.selectbox(key="trace").value == "sample_chat"
+
+
+def test_traces_page_uploads_maps_and_ingests(app):
+    app.switch_page("pages/traces.py").run()
+    assert not app.exception
+    app.file_uploader(key="traces_upload").set_value(("burst.csv", BURST, "text/csv")).run()
+    assert not app.exception
+    fields = {s.label: s.value for s in app.selectbox if s.key and s.key.startswith("traces_map_")}
+    assert fields["input_tokens"] == "Request tokens" and fields["arrival"] == "Timestamp"
+    assert "layout **burstgpt**" in app.caption[0].value
+    app.button(key="traces_ingest").click().run()
+    assert not app.exception
+    got = metrics(app)
+    assert (got["Stored"], got["Failed"], got["Rejected"]) == ("3", "1", "1")
+    rejects = table_with(app, "reason")
+    assert list(rejects["row"]) == [4] and "abc is not a number" in rejects["reason"][0]
+    assert app.get("download_button")
+    names = list(table_with(app, "created")["name"])
+    assert sorted(names) == ["burst", "sample_chat"]
+
+
+def test_traces_page_lets_the_user_map_unknown_columns(app):
+    app.switch_page("pages/traces.py").run()
+    app.file_uploader(key="traces_upload").set_value(("odd.csv", b"when,a,b\n1,10,2\n2,20,3\n", "text/csv")).run()
+    assert "no recognisable token columns" in app.warning[0].value
+    by_label = {s.label: s for s in app.selectbox if s.key and s.key.startswith("traces_map_")}
+    by_label["input_tokens"].set_value("a")
+    by_label["output_tokens"].set_value("b")
+    app.run()
+    app.button(key="traces_ingest").click().run()
+    assert not app.exception
+    assert metrics(app)["Stored"] == "2"
+
+
+def test_traces_page_reports_bad_files_without_storing(app):
+    app.switch_page("pages/traces.py").run()
+    app.file_uploader(key="traces_upload").set_value(("empty.csv", b"", "text/csv")).run()
+    assert not app.exception
+    assert "is empty" in app.error[0].value
+    assert list(table_with(app, "created")["name"]) == ["sample_chat"]

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import write
+from planner.ingest import ingest_file
+from planner.stats import PERCENTILES, trace_stats
+
+
+def numpy_block(values) -> dict:
+    arr = np.asarray(values, dtype=float)
+    block = {"mean": arr.mean()}
+    block.update({k: np.percentile(arr, q * 100) for k, q in PERCENTILES.items()})
+    block["max"] = arr.max()
+    return block
+
+
+def dispersion(arrivals, width) -> float:
+    t = np.asarray(arrivals) - min(arrivals)
+    nbins = int(np.floor(t.max() / width)) + 1
+    counts = np.bincount(np.floor(t / width).astype(int), minlength=nbins)
+    return counts.var() / counts.mean()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), n=st.integers(20, 400))
+def test_stats_equal_numpy(con, tmp_path_factory, seed, n):
+    rng = np.random.default_rng(seed)
+    t = np.sort(np.round(rng.exponential(0.7, n).cumsum(), 3))
+    inp = rng.integers(1, 5000, n)
+    out = rng.integers(0, 900, n)  # zeros are failed requests, excluded from percentiles
+    text = "arrival,input_tokens,output_tokens\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(t, inp, out))
+    path = write(tmp_path_factory.mktemp("s") / "t.csv", text)
+    r = ingest_file(con, path)
+    s = trace_stats(con, r.trace_id)
+    ok = out > 0
+    if ok.sum() == 0:
+        return
+    for key, values in (("input_tokens", inp[ok]), ("output_tokens", out[ok]), ("total_tokens", (inp + out)[ok])):
+        expected = numpy_block(values)
+        assert s[key] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    gaps = np.diff(t)
+    arr = s["arrivals"]
+    assert arr["span_s"] == pytest.approx(t[-1] - t[0])
+    assert arr["rate_rps"] == pytest.approx(n / (t[-1] - t[0]))
+    assert arr["interarrival_cv"] == pytest.approx(gaps.std() / gaps.mean(), rel=1e-6)
+    for label, width in (("1s", 1.0), ("10s", 10.0), ("60s", 60.0)):
+        if np.floor((t[-1] - t[0]) / width) >= 1:
+            assert arr["dispersion"][label] == pytest.approx(dispersion(t, width), rel=1e-6)
+    assert s["failed"] == int((~ok).sum()) and s["rows"] == n
+
+
+def test_poisson_dispersion_is_near_one_and_bursty_is_not(con, tmp_path):
+    rng = np.random.default_rng(7)
+    poisson = np.cumsum(rng.exponential(0.1, 20000))
+    bursty = np.cumsum(rng.gamma(0.25, 0.4, 20000))  # CV 2
+    for name, t in (("poisson", poisson), ("bursty", bursty)):
+        text = "arrival,input_tokens,output_tokens\n" + "".join(f"{a:.6f},10,10\n" for a in t)
+        r = ingest_file(con, write(tmp_path / f"{name}.csv", text))
+        arr = trace_stats(con, r.trace_id)["arrivals"]
+        if name == "poisson":
+            assert arr["dispersion"]["1s"] == pytest.approx(1.0, abs=0.1)
+            assert arr["interarrival_cv"] == pytest.approx(1.0, abs=0.05)
+        else:
+            assert arr["dispersion"]["1s"] > 2.5 and arr["interarrival_cv"] == pytest.approx(2.0, abs=0.2)
+
+
+def test_trace_without_times_has_no_arrivals(con, tmp_path):
+    r = ingest_file(con, write(tmp_path / "l.csv", "input_tokens,output_tokens\n1,2\n3,4\n"))
+    s = trace_stats(con, r.trace_id)
+    assert s["arrivals"] is None and s["input_tokens"]["p50"] == 2.0
