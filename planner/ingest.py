@@ -6,9 +6,9 @@ text and reason. Rows are parsed by DuckDB in one ``CREATE TABLE AS`` pass over 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -16,6 +16,7 @@ from typing import Callable
 import duckdb
 
 from planner import store
+from planner.content_hash import ContentHash
 from planner.errors import PlannerError
 from planner.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
 from planner.sources import Dialect, Source, _first_line, open_source, sql_str
@@ -24,6 +25,8 @@ from planner.timestamps import TimeKind, arrival_sql, infer_time_kind
 ProgressFn = Callable[[float, str], None]
 _SAMPLE_ROWS = 20_000
 _TEXT_FIELDS = ("model", "session_id", "status", "service")
+_OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
+                    "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR"}
 _FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
 _MAX_WHOLE_TOKENS = 2.0 ** 53
 
@@ -49,20 +52,6 @@ class IngestResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def file_sha256(path: Path, on_progress: ProgressFn | None = None) -> str:
-    """SHA-256 of a file, read in chunks (the file is never held whole in memory)."""
-    digest = hashlib.sha256()
-    size = max(path.stat().st_size, 1)
-    done = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-            done += len(chunk)
-            if on_progress:
-                on_progress(0.1 * done / size, "hashing")
-    return digest.hexdigest()
 
 
 def _result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> IngestResult:
@@ -97,6 +86,7 @@ class _Plan:
     select_sql: str
     units: dict[str, str]
     time_kind: TimeKind | None
+    stored: frozenset[str]  # optional canonical fields the data table holds
 
 
 def _label(fld: str, column: str) -> str:
@@ -104,33 +94,40 @@ def _label(fld: str, column: str) -> str:
 
 
 def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
-    """Build the parsing SQL for a source and mapping, resolving time and latency units from a sample."""
+    """Build the parsing SQL for a source and mapping, resolving time and latency units from a sample.
+
+    The hot path only casts and tests each value; reason strings are built for bad rows alone.
+    """
     cols = source.columns
     text = {fld: f"CAST({cols[col]} AS VARCHAR)" for fld, col in mapping.columns.items()}
     units = dict(mapping.units)
     time_kind = None
     parsed: list[str] = []
+    bad: list[str] = []
     reasons: list[str] = []
 
-    def num(fld: str) -> str:
-        return f"TRY_CAST(trim({text[fld]}) AS DOUBLE)"
+    def blank(v: str) -> str:
+        return f"({v} IS NULL OR trim({v}) = '')"
 
     for fld in ("input_tokens", "output_tokens"):
-        v, d, lab = text[fld], num(fld), _label(fld, mapping.columns[fld])
-        parsed.append(f"{d} AS __{fld}")
+        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
+        parsed.append(f"TRY_CAST({v} AS DOUBLE) AS {x}")
+        # NaN compares above everything in DuckDB, so the upper bound also rejects NaN and inf
+        bad.append(f"NOT coalesce({x} >= 0 AND {x} = floor({x}) AND {x} < {_MAX_WHOLE_TOKENS!r}, false)")
         reasons.append(
-            f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN {lab} || ': missing' "
-            f"WHEN __{fld} IS NULL OR NOT isfinite(__{fld}) THEN {lab} || ': ' || {v} || ' is not a number' "
-            f"WHEN __{fld} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
-            f"WHEN __{fld} <> floor(__{fld}) OR __{fld} >= {_MAX_WHOLE_TOKENS!r} "
+            f"CASE WHEN {blank(v)} THEN {lab} || ': missing' "
+            f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
+            f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
+            f"WHEN {x} <> floor({x}) OR {x} >= {_MAX_WHOLE_TOKENS!r} "
             f"THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' END")
     if "arrival" in mapping.columns:
         time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
         units["arrival"] = time_kind.kind
         v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
-        parsed.append(f"{arrival_sql(f'trim({v})', time_kind)} AS __arrival")
-        reasons.append(f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN {lab} || ': missing' "
-                       f"WHEN __arrival IS NULL OR NOT isfinite(__arrival) "
+        parsed.append(f"{arrival_sql(v, time_kind)} AS __arrival")
+        bad.append("NOT coalesce(isfinite(__arrival), false)")
+        reasons.append(f"CASE WHEN {blank(v)} THEN {lab} || ': missing' "
+                       f"WHEN NOT coalesce(isfinite(__arrival), false) "
                        f"THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' END")
     for fld in LATENCY_FIELDS:
         if fld not in mapping.columns:
@@ -138,14 +135,16 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
                             if units[fld] == "auto" else None)
         units[fld] = unit
-        v, lab = text[fld], _label(fld, mapping.columns[fld])
-        parsed.append(f"{num(fld)} * {LATENCY_UNITS[unit]!r} AS __{fld}")
-        reasons.append(f"CASE WHEN {v} IS NULL OR trim({v}) = '' THEN NULL "
-                       f"WHEN __{fld} IS NULL OR NOT isfinite(__{fld}) THEN {lab} || ': ' || {v} || ' is not a number' "
-                       f"WHEN __{fld} < 0 THEN {lab} || ': ' || {v} || ' is negative' END")
+        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
+        parsed.append(f"TRY_CAST({v} AS DOUBLE) * {LATENCY_UNITS[unit]!r} AS {x}")
+        # a missing latency is fine (NULL); an unreadable or negative one is not
+        bad.append(f"(NOT coalesce({x} >= 0 AND isfinite({x}), false) AND NOT {blank(v)})")
+        reasons.append(f"CASE WHEN {blank(v)} THEN NULL "
+                       f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
+                       f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' END")
     for fld in _TEXT_FIELDS:
         if fld in mapping.columns:
-            parsed.append(f"nullif(trim({text[fld]}), '') AS __{fld}")
+            parsed.append(f"nullif({text[fld]}, '') AS __{fld}")
 
     status_failed = "false"
     if "status" in mapping.columns:
@@ -155,27 +154,22 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
             status_failed = (f"coalesce(regexp_matches(lower(__status), '{_FAILURE_WORDS}') "
                              f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")
 
-    def out(fld: str, sql_type: str, expr: str | None = None) -> str:
-        present = fld in mapping.columns or (fld == "arrival_abs" and "arrival" in mapping.columns)
-        return f"{expr or '__' + fld} AS {fld}" if present else f"CAST(NULL AS {sql_type}) AS {fld}"
-
+    bad_sql = " OR ".join(bad)
+    # only fields the source has are stored (an all-NULL column still costs a write); the view adds the rest
+    optional = [f"__{fld} AS {fld}" for fld in _OPTIONAL_FIELDS if fld in mapping.columns]
     final = [
-        out("arrival_abs", "DOUBLE", "__arrival"),
-        "CAST(__input_tokens AS BIGINT) AS input_tokens",
-        "CAST(__output_tokens AS BIGINT) AS output_tokens",
-        out("model", "VARCHAR"), out("session_id", "VARCHAR"),
-        out("ttft_ms", "DOUBLE"), out("tpot_ms", "DOUBLE"), out("e2e_ms", "DOUBLE"),
-        out("status", "VARCHAR"), out("service", "VARCHAR"),
+        *(["__arrival AS arrival_abs"] if time_kind else []),
+        # rejected rows keep whatever casts (the view hides them); TRY_CAST keeps NaN/inf from failing the load
+        "TRY_CAST(__input_tokens AS BIGINT) AS input_tokens",
+        "TRY_CAST(__output_tokens AS BIGINT) AS output_tokens",
+        *optional,
         f"(__output_tokens = 0 OR {status_failed}) AS failed",
-        "__reason AS reason",
-        f"CASE WHEN __reason IS NOT NULL THEN {source.raw_row_sql()} END AS raw",
+        f"CASE WHEN {bad_sql} THEN concat_ws('; ', {', '.join(reasons)}) END AS reason",
+        f"CASE WHEN {bad_sql} THEN {source.raw_row_sql()} END AS raw",
     ]
-    select_sql = (
-        f"SELECT {', '.join(final)} FROM ("
-        f"SELECT *, nullif(concat_ws('; ', {', '.join(reasons)}), '') AS __reason FROM ("
-        f"SELECT *, {', '.join(parsed)} FROM {source.reader_sql}))"
-    )
-    return _Plan(select_sql, units, time_kind)
+    # two flat levels: casts, then checks (a third level for a shared "bad" flag costs a third more time)
+    select_sql = f"SELECT {', '.join(final)} FROM (SELECT *, {', '.join(parsed)} FROM {source.reader_sql})"
+    return _Plan(select_sql, units, time_kind, frozenset(f for f in _OPTIONAL_FIELDS if f in mapping.columns))
 
 
 class _ProgressPoller:
@@ -267,26 +261,36 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     """
     path = Path(path)
     report = on_progress or (lambda f, m: None)
-    sha = file_sha256(path, on_progress) if path.is_file() else None
-    if sha is None:
+    if not path.is_file():
         open_source(con, path)  # raises the precise "no such file"/"is a directory" error
-    existing = store.find_by_hash(con, sha)
-    if existing is not None:
-        report(1.0, "already stored")
-        return _result_from_trace(existing, existing.trace_id)
+    report(0.0, "hashing")
+    content = ContentHash(path)
+    if not content.background:
+        existing = store.find_by_hash(con, content.value())
+        if existing is not None:
+            report(1.0, "already stored")
+            return _result_from_trace(existing, existing.trace_id)
 
-    trace_id = sha[:16]
     cur = con.cursor()
-    report(0.1, "detecting format")
-    source = open_source(cur, path, fmt, dialect, rejects_name=f"rej_{trace_id}")
+    report(0.05, "detecting format")
+    staging = f"ingest_{uuid.uuid4().hex[:12]}"
+    source = open_source(cur, path, fmt, dialect, rejects_name=staging)
     mapping = detect_mapping(list(source.columns), overrides, unit_overrides)
     plan = plan_parse(cur, source, mapping)
-    data = store.requests_data_table(trace_id)
     notes = list(source.notes)
     cur.execute("BEGIN")
     try:
-        with _ProgressPoller(cur, on_progress, 0.15, 0.9, "parsing rows"):
-            cur.execute(f"CREATE TABLE {data} AS {plan.select_sql}")
+        with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
+            cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
+        sha = content.value()
+        existing = store.find_by_hash(cur, sha)
+        if existing is not None:  # a large duplicate, found once its background hash was done
+            cur.execute("ROLLBACK")
+            report(1.0, "already stored")
+            return _result_from_trace(existing, existing.trace_id)
+        trace_id = sha[:16]
+        data = store.requests_data_table(trace_id)
+        cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
         report(0.9, "collecting rejects")
         structural = _structural_rejects(cur, source)
         first_rowid = cur.execute(f"SELECT coalesce(min(rowid), 0) FROM {data}").fetchall()[0][0]
@@ -296,10 +300,12 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason FROM {data} "
                     "WHERE reason IS NOT NULL",
                     {"t": trace_id})
+        time_kind = plan.time_kind
+        has_time = time_kind is not None
+        first_arrival = "min(arrival_abs) FILTER (reason IS NULL)" if has_time else "NULL"
         rows, bad, failed, t0 = cur.execute(
             f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
-            f"count(*) FILTER (reason IS NULL AND failed), min(arrival_abs) FILTER (reason IS NULL) FROM {data}"
-        ).fetchall()[0]
+            f"count(*) FILTER (reason IS NULL AND failed), {first_arrival} FROM {data}").fetchall()[0]
         rejected = bad + len(structural)
         if rows == 0:
             first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
@@ -307,12 +313,13 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
             raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
                                "rows with whole, non-negative input and output token counts")
-        time_kind = plan.time_kind
-        has_time = time_kind is not None
+        arrival = f"arrival_abs - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
+        optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
+                             for fld, sql_type in _OPTIONAL_FIELDS.items())
         cur.execute(
             f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
-            f"arrival_abs - {float(t0) if has_time else 0.0!r} AS arrival, input_tokens, output_tokens, model, "
-            f"session_id, ttft_ms, tpot_ms, e2e_ms, status, service, failed FROM {data} WHERE reason IS NULL")
+            f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, failed "
+            f"FROM {data} WHERE reason IS NULL")
         if rejected:
             notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
         trace_name = store.unique_name(cur, name or _stem(source_file or path.name))
@@ -336,7 +343,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         raise PlannerError(f"{path.name}: cannot read it as {source.format} ({_first_line(exc)}); expected a "
                            "well-formed file (use --format to pick another reader)") from None
     finally:
-        for table in (source.rejects_table, f"rej_{trace_id}_scans"):
+        for table in (source.rejects_table, f"{staging}_scans"):
             if table:
                 cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
     report(1.0, "stored")

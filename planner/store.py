@@ -84,6 +84,9 @@ def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnecti
         raise PlannerError(f"cannot open the trace store {db_path}: {exc}; expected a DuckDB 2.x file "
                            "not locked by another process") from None
     con.execute("SET TimeZone = 'UTC'")
+    # progress is reported through query_progress(); DuckDB must not draw its own bar on stdout
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET enable_progress_bar_print = false")
     con.execute(SCHEMA)
     return con
 

@@ -17,6 +17,7 @@ _NUMBER = re.compile(r"^[+-]?(\d+)(?:\.(\d*))?(?:[eE][+-]?\d+)?$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::(\d{2})(?:[.,](\d+))?)?")
 # Smallest epoch (in seconds) we accept as wall-clock: 1973-03-03. Smaller values are relative times.
 _EPOCH_FLOOR_S = 1e8
+_ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
 
@@ -27,6 +28,7 @@ class TimeKind:
     kind: str                 # "datetime", "epoch_<unit>" or "relative_<unit>"
     seconds_per_unit: float   # 1.0 for datetime (parsed to epoch seconds)
     resolution_s: float | None
+    zoned: bool = False       # datetimes carry a UTC offset (parsing them is slower, so only when needed)
 
     @property
     def is_wall_clock(self) -> bool:
@@ -84,7 +86,8 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
             resolution = 60.0
         else:
             resolution = 1.0
-        return TimeKind("datetime", 1.0, resolution)
+        zoned = any(_ZONE.search(v) for v in values)
+        return TimeKind("datetime", 1.0, resolution, zoned)
 
     magnitudes = [abs(float(v)) for v in numeric]
     low = min(magnitudes)
@@ -105,7 +108,7 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
 def arrival_sql(value_sql: str, kind: TimeKind) -> str:
     """SQL turning the text value into seconds (epoch or relative, as the kind says); NULL when unparsable."""
     if kind.kind == "datetime":
-        return f"epoch(TRY_CAST({value_sql} AS TIMESTAMPTZ))"
+        return f"epoch(TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'}))"
     # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
     per_second = round(1.0 / kind.seconds_per_unit)
     scale = "" if per_second == 1 else f" / {per_second}.0"

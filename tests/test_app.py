@@ -3,7 +3,7 @@
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from helpers import ROOT
 
 BURST = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
          b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n"

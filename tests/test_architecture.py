@@ -2,7 +2,7 @@
 
 import ast
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def imported_modules(path):

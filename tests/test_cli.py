@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from conftest import cli_json, run_cli, write
+from helpers import cli_json, run_cli, write
 
 CONTRACT_INGEST_KEYS = {"trace_id", "name", "rows", "rejected", "failed", "format", "mapping", "has_timestamps",
                         "duplicate_of"}

@@ -3,7 +3,7 @@ import json
 import duckdb
 import pytest
 
-from conftest import canonical_rows, write
+from helpers import canonical_rows, write
 from planner import store
 from planner.errors import PlannerError
 from planner.ingest import ingest_file
@@ -167,3 +167,16 @@ def test_failure_status_is_flagged(con, tmp_path):
     result = ingest_file(con, path)
     assert result.failed == 2
     assert [r[0] for r in canonical_rows(con, result.trace_id, "failed")] == [False, True, True, False]
+
+
+def test_large_duplicates_found_by_the_background_hash_store_nothing(con, tmp_path, monkeypatch):
+    from planner import content_hash
+
+    monkeypatch.setattr(content_hash, "BACKGROUND_FROM_BYTES", 0)
+    path = make_file(tmp_path, "csv")
+    first = ingest_file(con, path)
+    tables = con.execute("SELECT count(*) FROM duckdb_tables()").fetchall()
+    again = ingest_file(con, write(tmp_path / "again.csv", path.read_bytes()))
+    assert again.duplicate_of == first.trace_id
+    assert con.execute("SELECT count(*) FROM duckdb_tables()").fetchall() == tables
+    assert len(store.list_traces(con)) == 1

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import canonical_rows, write
+from helpers import canonical_rows, write
 from planner import store
 from planner.ingest import ingest_file
 

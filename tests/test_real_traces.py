@@ -6,7 +6,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from conftest import SHARED_TRACES, cli_json, needs_shared
+from helpers import SHARED_TRACES, cli_json, needs_shared
 from planner.stats import PERCENTILES
 
 pytestmark = needs_shared

@@ -4,7 +4,7 @@ import importlib.util
 
 import numpy as np
 
-from conftest import ROOT
+from helpers import ROOT
 from planner.ingest import ingest_file
 from planner.samples import SAMPLE_PATH, ensure_sample
 from planner.stats import trace_stats

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import write
+from helpers import write
 from planner.ingest import ingest_file
 from planner.stats import PERCENTILES, trace_stats
 

@@ -1,0 +1,34 @@
+# Two commands do all setup on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum requirements.txt | cut -d' ' -f1)
+PORT ?= 8501
+
+.PHONY: run test test-fast bench sample clean
+
+# (Re)create the virtual environment whenever requirements.txt changes.
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+run: $(STAMP)
+	$(PY) -m streamlit run app.py --server.port=$(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not e2e"
+
+bench: $(STAMP)
+	$(PY) bench/ingest.py
+
+sample: $(STAMP)
+	$(PY) traces/generate_sample.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

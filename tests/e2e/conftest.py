@@ -1,0 +1,62 @@
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+            if not os.path.exists(CHROMIUM) and not os.environ.get("E2E_REQUIRED"):
+                item.add_marker(pytest.mark.skip(reason="Debian chromium is not installed (apt-get install chromium)"))
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {**browser_type_launch_args, "executable_path": CHROMIUM,
+            "args": ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--no-first-run"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """A real Streamlit server on a fresh store, as `make run` starts it."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    env = {**os.environ, "PLANNER_DB": str(tmp_path_factory.mktemp("db") / "e2e.duckdb")}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
+                                 f"--server.port={port}", "--server.address=127.0.0.1",
+                                 "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("streamlit did not become healthy:\n" + log.read_text())
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
