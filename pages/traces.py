@@ -18,6 +18,8 @@ from planner.sources import FORMATS, Dialect
 
 NONE = "—"
 DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}
+ARRIVAL_UNITS = ("auto", "datetime", "s", "ms", "us", "ns")
+LATENCY_UNITS = ("auto", "ms", "s", "us")
 
 st.title("Traces")
 uploaded = st.file_uploader(
@@ -71,7 +73,17 @@ def upload_section(uploaded) -> None:
                                        key=f"traces_map_{uploaded.file_id}_{fld}")
         if choice != current:
             overrides[fld] = "" if choice == NONE else choice
-    name = st.text_input("Trace name", value=Path(uploaded.name).name.split(".")[0], key="traces_name")
+    u1, u2, u3 = st.columns(3)
+    arrival_unit = u1.selectbox("Arrival unit", ARRIVAL_UNITS, key="traces_arrival_unit",
+                                help="auto: datetimes are read as such, numbers by magnitude (epoch s/ms/µs/ns) "
+                                     "or as seconds from the start unless the layout or column name says otherwise")
+    latency_unit = u2.selectbox("Latency unit", LATENCY_UNITS, key="traces_latency_unit",
+                                help="auto: from the column name (_ms, _s) or, for bare names, the typical values")
+    name = u3.text_input("Trace name", value=Path(uploaded.name).name.split(".")[0], key="traces_name")
+    units = {} if arrival_unit == "auto" else {"arrival": arrival_unit}
+    mapped = set(detected) | {f for f, c in overrides.items() if c}
+    if latency_unit != "auto":
+        units.update({f: latency_unit for f in ("ttft_ms", "tpot_ms", "e2e_ms") if f in mapped})
 
     if st.button("Ingest", type="primary", key="traces_ingest"):
         ctx = get_script_run_ctx()
@@ -85,7 +97,8 @@ def upload_section(uploaded) -> None:
 
             try:
                 result = ingest_file(connection(), path, name=name or None, fmt=fmt, overrides=overrides,
-                                     dialect=dialect, source_file=uploaded.name, on_progress=show)
+                                     unit_overrides=units, dialect=dialect, source_file=uploaded.name,
+                                     on_progress=show)
             except PlannerError as exc:
                 status.update(label="Ingest failed: nothing was stored", state="error")
                 st.error(str(exc))

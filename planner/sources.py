@@ -171,7 +171,8 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
         raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({_first_line(exc)}); expected a delimited "
                            "text file with a header row (set --delimiter/--quote to read it as such)") from None
     delim, quote, escape, header = row
-    clean = lambda v: "" if v in (None, "(empty)") else v  # noqa: E731
+    # "(empty)" means the sample held no quotes; reading with none would split later quoted fields
+    clean = lambda v: '"' if v in (None, "", "(empty)") else v  # noqa: E731
     # DuckDB's sniffer wants consistent rows; a small file with a broken line can fool it into one column.
     first_line = head_text.split("\n", 1)[0]
     counts = {d: first_line.count(d) for d in _DELIMITERS}

@@ -82,3 +82,18 @@ def test_traces_page_reports_bad_files_without_storing(app):
     assert not app.exception
     assert "is empty" in app.error[0].value
     assert list(table_with(app, "created")["name"]) == ["sample_chat"]
+
+
+def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
+    from planner import stats, store
+
+    app.switch_page("pages/traces.py").run()
+    csv = b"arrival_time,prompt_tokens,completion_tokens\n0,1,2\n1500,3,4\n"
+    app.file_uploader(key="traces_upload").set_value(("ms.csv", csv, "text/csv")).run()
+    app.selectbox(key="traces_arrival_unit").set_value("ms").run()
+    app.button(key="traces_ingest").click().run()
+    assert not app.exception
+    con = store.open_store(tmp_path / "app.duckdb")
+    info = store.get_trace(con, "ms")
+    assert info.units["arrival"] == "relative_ms"
+    assert stats.trace_stats(con, info.trace_id)["arrivals"]["span_s"] == 1.5
