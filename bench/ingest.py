@@ -25,7 +25,8 @@ def write_csv(path: Path, rows: int) -> None:
     """An Azure-like log: microsecond datetimes, a model column and heavy-tailed lengths."""
     duckdb.connect().execute(f"""
         COPY (
-            SELECT strftime(TIMESTAMP '2024-05-10 00:00:00' + to_microseconds(CAST(i * 36000 + hash(i) % 30000 AS BIGINT)),
+            SELECT strftime(TIMESTAMP '2024-05-10 00:00:00'
+                                + to_microseconds(CAST(i * 36000 + hash(i) % 30000 AS BIGINT)),
                             '%Y-%m-%d %H:%M:%S.%f') AS "TIMESTAMP",
                    CASE WHEN i % 3 = 0 THEN 'llama-3-70b' ELSE 'llama-3-8b' END AS model,
                    1 + CAST(exp(6.5 + 1.2 * sin(i * 0.37) + (hash(i * 7) % 1000) / 1000.0) AS BIGINT) % 8000

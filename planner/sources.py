@@ -148,7 +148,7 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: s
         else:
             columns[name] = expr
 
-    for name, dtype in zip(rel.columns, rel.types):
+    for name, dtype in zip(rel.columns, rel.types, strict=True):
         walk(name, quote_ident(name), dtype)
     return columns
 

@@ -32,7 +32,7 @@ def _block(mean, quantiles, maximum) -> dict | None:
     if mean is None:
         return None
     block = {"mean": float(mean)}
-    block.update({k: float(v) for k, v in zip(PERCENTILES, quantiles)})
+    block.update({k: float(v) for k, v in zip(PERCENTILES, quantiles, strict=True)})
     block["max"] = float(maximum)
     return block
 

@@ -131,7 +131,7 @@ class TraceInfo:
 
 
 def _trace_from_row(cols: list[str], row: tuple) -> TraceInfo:
-    rec = dict(zip(cols, row))
+    rec = dict(zip(cols, row, strict=True))
     for key in ("mapping", "units", "notes"):
         rec[key] = json.loads(rec[key])
     rec["dialect"] = json.loads(rec["dialect"]) if rec["dialect"] else None

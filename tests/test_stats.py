@@ -30,7 +30,8 @@ def test_stats_equal_numpy(con, tmp_path_factory, seed, n):
     t = np.sort(np.round(rng.exponential(0.7, n).cumsum(), 3))
     inp = rng.integers(1, 5000, n)
     out = rng.integers(0, 900, n)  # zeros are failed requests, excluded from percentiles
-    text = "arrival,input_tokens,output_tokens\n" + "".join(f"{a},{b},{c}\n" for a, b, c in zip(t, inp, out))
+    body = "".join(f"{a},{b},{c}\n" for a, b, c in zip(t, inp, out, strict=True))
+    text = "arrival,input_tokens,output_tokens\n" + body
     path = write(tmp_path_factory.mktemp("s") / "t.csv", text)
     r = ingest_file(con, path)
     s = trace_stats(con, r.trace_id)
