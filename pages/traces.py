@@ -31,11 +31,13 @@ uploaded = st.file_uploader(
 
 
 def saved_upload(file) -> Path:
-    """Write the upload once per file id to a temporary file DuckDB can stream and sniff."""
+    """Write the upload once per file id to a temporary file DuckDB can stream and sniff; drop stale ones."""
     key = f"traces_tmp_{file.file_id}"
+    for stale in [k for k in st.session_state if str(k).startswith("traces_tmp_") and k != key]:
+        Path(st.session_state.pop(stale)).unlink(missing_ok=True)
     if key not in st.session_state:
         suffix = "".join(Path(file.name).suffixes[-2:])
-        with tempfile.NamedTemporaryFile(delete=False, suffix=suffix) as fh:
+        with tempfile.NamedTemporaryFile(delete=False, suffix=suffix, prefix="planner-upload-") as fh:
             fh.write(file.getbuffer())
         st.session_state[key] = fh.name
     return Path(st.session_state[key])

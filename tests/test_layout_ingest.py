@@ -113,3 +113,15 @@ def test_round_trip_keeps_every_value(con, tmp_path_factory, rows, fmt):
     assert [(g[2], g[3]) for g in got] == [(i, o) for _, i, o in rows]
     assert [g[1] for g in got] == pytest.approx([t - t0 for t, _, _ in rows], abs=1e-6)
     assert r.failed == sum(o == 0 for _, _, o in rows)
+
+
+def test_azure_2024_mixed_offsets(con, tmp_path):
+    path = write(tmp_path / "AzureLLMInferenceTrace_code_1week.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                 "2024-05-10 00:00:00.009930+00:00,100,10\n"
+                 "2024-05-10 00:00:01+00:00,200,20\n"
+                 "2024-05-10 02:00:01.5+02:00,300,30\n")
+    r = ingest_file(con, path)
+    assert r.layout == "azure-llm" and r.rows == 3
+    got = [g[1] for g in canonical_rows(con, r.trace_id)]
+    assert got == pytest.approx([0.0, 0.99007, 1.49007])
