@@ -3,3 +3,9 @@
 
 class PlannerError(Exception):
     """A problem with the user's input or request, with a message that names what was expected."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (DuckDB's messages can run to many lines)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

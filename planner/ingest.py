@@ -19,14 +19,14 @@ from planner import store
 from planner.content_hash import ContentHash
 from planner.errors import PlannerError
 from planner.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
-from planner.sources import Dialect, Source, _first_line, open_source, sql_str
+from planner.sources import Dialect, Source, open_source, read_error, sql_str
 from planner.timestamps import TimeKind, arrival_sql, infer_time_kind
 
 ProgressFn = Callable[[float, str], None]
 _SAMPLE_ROWS = 20_000
-_TEXT_FIELDS = ("model", "session_id", "status", "service")
 _OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
                     "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR"}
+_TEXT_FIELDS = tuple(f for f, sql_type in _OPTIONAL_FIELDS.items() if sql_type == "VARCHAR")
 _FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
 _MAX_WHOLE_TOKENS = 2.0 ** 53
 
@@ -340,8 +340,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         raise
     except duckdb.Error as exc:
         cur.execute("ROLLBACK")
-        raise PlannerError(f"{path.name}: cannot read it as {source.format} ({_first_line(exc)}); expected a "
-                           "well-formed file (use --format to pick another reader)") from None
+        raise read_error(path, source.format, exc) from None
     finally:
         for table in (source.rejects_table, f"{staging}_scans"):
             if table:

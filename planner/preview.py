@@ -9,8 +9,8 @@ import duckdb
 import polars as pl
 
 from planner.errors import PlannerError
-from planner.layouts import FIELDS_HELP, Mapping, detect_mapping
-from planner.sources import Dialect, Source, _first_line, open_source
+from planner.layouts import Mapping, detect_mapping
+from planner.sources import Dialect, Source, open_source, read_error
 
 PREVIEW_ROWS = 20
 
@@ -49,14 +49,10 @@ def inspect_file(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "a
                            for name, expr in columns.items())
         preview = cur.sql(f"SELECT {select} FROM {source.sample_sql} LIMIT {PREVIEW_ROWS}").pl()
     except duckdb.Error as exc:
-        raise PlannerError(f"{Path(path).name}: cannot read it as {source.format} ({_first_line(exc)})") from None
+        raise read_error(Path(path), source.format, exc) from None
     try:
         mapping, error = detect_mapping(list(source.columns), overrides), None
     except PlannerError as exc:
         mapping, error = None, str(exc)
     return Inspection(source, mapping, error, preview)
 
-
-def field_choices() -> dict[str, str]:
-    """Canonical fields with their help text, for mapping editors."""
-    return dict(FIELDS_HELP)

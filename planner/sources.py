@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, first_line
 from planner.store import quote_ident
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
@@ -132,13 +132,23 @@ def detect_format(path: Path, compression: str, head: bytes) -> str:
     return "tsv" if ".tsv" in suffixes else "csv"
 
 
+def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
+    """A user-facing error for a DuckDB reader failure, naming truncated compressed data as such."""
+    detail = first_line(exc)
+    lowered = detail.lower()
+    if "gzip" in lowered or "zstd" in lowered or "compress" in lowered:
+        return PlannerError(f"{path.name}: the compressed data is truncated or corrupt ({detail}); expected a "
+                            "complete .gz or .zst file")
+    return PlannerError(f"{path.name}: cannot read it as {fmt} ({detail}); expected a well-formed {fmt} file "
+                        "(use --format to pick another reader)")
+
+
 def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: str) -> dict[str, str]:
     """Columns of a reader, STRUCT fields flattened to ``parent.child``."""
     try:
         rel = con.sql(f"SELECT * FROM {reader_sql} LIMIT 0")
     except duckdb.Error as exc:
-        raise PlannerError(f"{path.name}: cannot read it as {fmt} ({_first_line(exc)}); expected a well-formed "
-                           f"{fmt} file (use --format to pick another reader)") from None
+        raise read_error(path, fmt, exc) from None
     columns: dict[str, str] = {}
 
     def walk(name: str, expr: str, dtype) -> None:
@@ -153,11 +163,6 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: s
     return columns
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
                   head_text: str) -> Dialect:
     """Sniff a CSV/TSV dialect with DuckDB's sniffer (a TSV extension pins the tab)."""
@@ -168,14 +173,16 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
         row = con.sql(f"SELECT Delimiter, Quote, Escape, HasHeader FROM sniff_csv({sql_str(str(path))}, "
                       + ", ".join(opts) + ")").fetchall()[0]
     except duckdb.Error as exc:
-        raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({_first_line(exc)}); expected a delimited "
+        if compression != "none":
+            raise read_error(path, fmt, exc) from None
+        raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({first_line(exc)}); expected a delimited "
                            "text file with a header row (set --delimiter/--quote to read it as such)") from None
     delim, quote, escape, header = row
     # "(empty)" means the sample held no quotes; reading with none would split later quoted fields
     clean = lambda v: '"' if v in (None, "", "(empty)") else v  # noqa: E731
     # DuckDB's sniffer wants consistent rows; a small file with a broken line can fool it into one column.
-    first_line = head_text.split("\n", 1)[0]
-    counts = {d: first_line.count(d) for d in _DELIMITERS}
+    header_line = head_text.split("\n", 1)[0]
+    counts = {d: header_line.count(d) for d in _DELIMITERS}
     best = max(counts, key=counts.get)
     if counts[best] and counts.get(delim, 0) == 0:
         delim, header = best, True

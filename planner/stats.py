@@ -11,11 +11,11 @@ import math
 import duckdb
 
 from planner import store
+from planner.layouts import LATENCY_FIELDS
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 DISPERSION_BINS_S = {"1s": 1.0, "10s": 10.0, "60s": 60.0}
 LENGTH_FIELDS = ("input_tokens", "output_tokens", "total_tokens")
-LATENCY_FIELDS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
 def _expr(fld: str) -> str:

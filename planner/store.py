@@ -49,12 +49,6 @@ CREATE TABLE IF NOT EXISTS rejects (
 );
 """
 
-CANONICAL_COLUMNS = (
-    "row", "arrival", "input_tokens", "output_tokens", "model", "session_id",
-    "ttft_ms", "tpot_ms", "e2e_ms", "status", "service", "failed",
-)
-
-
 def default_db_path() -> Path:
     """Return the store path: ``$PLANNER_DB`` if set, else ``traces.duckdb`` in the user's data directory."""
     env = os.environ.get("PLANNER_DB")

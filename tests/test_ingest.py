@@ -130,7 +130,7 @@ def test_truncated_gzip_fails_cleanly(con, tmp_path):
     big = "t,input_tokens,output_tokens\n" + "".join(f"{i},{i % 500 + 1},{i % 90 + 1}\n" for i in range(50000))
     full = write(tmp_path / "full.csv.gz", big, "gzip")
     cut = write(tmp_path / "cut.csv.gz", full.read_bytes()[: full.stat().st_size // 2])
-    with pytest.raises(PlannerError):
+    with pytest.raises(PlannerError, match="truncated or corrupt"):
         ingest_file(con, cut)
     assert store.list_traces(con) == []
     assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'requests_%'").fetchall() == [(0,)]
