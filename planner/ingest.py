@@ -271,7 +271,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
 
-    cur = con.cursor()
+    cur = store.progress_cursor(con)
     report(0.05, "detecting format")
     staging = f"ingest_{uuid.uuid4().hex[:12]}"
     source = open_source(cur, path, fmt, dialect, rejects_name=staging)

@@ -77,12 +77,22 @@ def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnecti
     except duckdb.Error as exc:
         raise PlannerError(f"cannot open the trace store {db_path}: {exc}; expected a DuckDB 2.x file "
                            "not locked by another process") from None
-    con.execute("SET TimeZone = 'UTC'")
-    # progress is reported through query_progress(); DuckDB must not draw its own bar on stdout
-    con.execute("SET enable_progress_bar = true")
-    con.execute("SET enable_progress_bar_print = false")
+    # GLOBAL: settings are per connection otherwise, and every unit of work runs on its own cursor
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
     con.execute(SCHEMA)
     return con
+
+
+def progress_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor whose running query reports ``query_progress()`` without drawing DuckDB's bar on stdout.
+
+    Progress settings are per connection and cannot be set globally, hence a cursor of its own.
+    """
+    cur = con.cursor()
+    cur.execute("SET enable_progress_bar = true")
+    cur.execute("SET enable_progress_bar_print = false")
+    cur.execute("SET progress_bar_time = 0")
+    return cur
 
 
 def quote_ident(name: str) -> str:

@@ -180,3 +180,15 @@ def test_large_duplicates_found_by_the_background_hash_store_nothing(con, tmp_pa
     assert again.duplicate_of == first.trace_id
     assert con.execute("SELECT count(*) FROM duckdb_tables()").fetchall() == tables
     assert len(store.list_traces(con)) == 1
+
+
+def test_long_ingest_reports_progress(con, tmp_path):
+    path = tmp_path / "big.csv"
+    duckdb.connect().execute(f"COPY (SELECT i AS arrival, 1 + i % 700 AS input_tokens, 1 + i % 90 AS output_tokens "
+                             f"FROM range(3000000) t(i)) TO '{path}' (HEADER)")
+    seen = []
+    result = ingest_file(con, path, on_progress=lambda f, m: seen.append((f, m)))
+    assert result.rows == 3_000_000
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert any(m == "parsing rows" and 0.1 < f < 0.9 for f, m in seen), seen
