@@ -293,19 +293,19 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
         report(0.9, "collecting rejects")
         structural = _structural_rejects(cur, source)
-        first_rowid = cur.execute(f"SELECT coalesce(min(rowid), 0) FROM {data}").fetchall()[0][0]
-        if structural:
-            cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
-                            [(trace_id, row, raw, reason) for row, raw, reason in structural])
-        cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason FROM {data} "
-                    "WHERE reason IS NOT NULL",
-                    {"t": trace_id})
         time_kind = plan.time_kind
         has_time = time_kind is not None
         first_arrival = "min(arrival_abs) FILTER (reason IS NULL)" if has_time else "NULL"
-        rows, bad, failed, t0 = cur.execute(
+        rows, bad, failed, t0, first_rowid = cur.execute(
             f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
-            f"count(*) FILTER (reason IS NULL AND failed), {first_arrival} FROM {data}").fetchall()[0]
+            f"count(*) FILTER (reason IS NULL AND failed), {first_arrival}, coalesce(min(rowid), 0) FROM {data}"
+        ).fetchall()[0]
+        if structural:
+            cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
+                            [(trace_id, row, raw, reason) for row, raw, reason in structural])
+        if bad:
+            cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason "
+                        f"FROM {data} WHERE reason IS NOT NULL", {"t": trace_id})
         rejected = bad + len(structural)
         if rows == 0:
             first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
