@@ -1,0 +1,1 @@
+"""Distribution fitting: length families with censoring, and arrival processes."""

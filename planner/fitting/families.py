@@ -1,0 +1,173 @@
+"""Length-distribution families, each a frozen scipy distribution built from named parameters.
+
+Every family knows its parameter names (as the CLI contract spells them), how to start an optimisation from the
+data, and how to map an unconstrained vector to valid parameters, so one censored maximum-likelihood routine fits
+them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from scipy import special, stats
+
+
+class _LogT(stats.rv_continuous):
+    """X with ln X ~ Student t(df, mu, sigma): heavy-tailed on the log scale (proposed for output lengths)."""
+
+    def _argcheck(self, df, s):
+        return (df > 0) & (s > 0)
+
+    def _logpdf(self, x, df, s):
+        return stats.t.logpdf(np.log(x) / s, df) - np.log(s * x)
+
+    def _pdf(self, x, df, s):
+        return np.exp(self._logpdf(x, df, s))
+
+    def _cdf(self, x, df, s):
+        return stats.t.cdf(np.log(x) / s, df)
+
+    def _sf(self, x, df, s):
+        return stats.t.sf(np.log(x) / s, df)
+
+    def _logsf(self, x, df, s):
+        return stats.t.logsf(np.log(x) / s, df)
+
+    def _ppf(self, q, df, s):
+        return np.exp(s * stats.t.ppf(q, df))
+
+
+logt = _LogT(a=0.0, name="logt", shapes="df, s")
+
+
+class _LognormalPareto(stats.rv_continuous):
+    """A lognormal body mixed with a Pareto tail starting at ``xm`` (ServeGen's shape for input lengths)."""
+
+    def _argcheck(self, w, mu, sigma, alpha, xm):
+        return (w > 0) & (w < 1) & (sigma > 0) & (alpha > 0) & (xm > 0) & np.isfinite(mu)
+
+    def _pdf(self, x, w, mu, sigma, alpha, xm):
+        body = stats.lognorm.pdf(x, sigma, scale=np.exp(mu))
+        tail = np.where(x >= xm, alpha * xm**alpha / np.maximum(x, xm) ** (alpha + 1), 0.0)
+        return (1 - w) * body + w * tail
+
+    def _logpdf(self, x, w, mu, sigma, alpha, xm):
+        return np.log(np.maximum(self._pdf(x, w, mu, sigma, alpha, xm), 1e-300))
+
+    def _cdf(self, x, w, mu, sigma, alpha, xm):
+        tail = np.where(x >= xm, 1 - (xm / np.maximum(x, xm)) ** alpha, 0.0)
+        return (1 - w) * stats.lognorm.cdf(x, sigma, scale=np.exp(mu)) + w * tail
+
+    def _sf(self, x, w, mu, sigma, alpha, xm):
+        tail = np.where(x >= xm, (xm / np.maximum(x, xm)) ** alpha, 1.0)
+        return (1 - w) * stats.lognorm.sf(x, sigma, scale=np.exp(mu)) + w * tail
+
+    def _logsf(self, x, w, mu, sigma, alpha, xm):
+        return np.log(np.maximum(self._sf(x, w, mu, sigma, alpha, xm), 1e-300))
+
+
+lognormal_pareto = _LognormalPareto(a=0.0, name="lognormal_pareto", shapes="w, mu, sigma, alpha, xm")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family: parameter names, a builder of the frozen distribution, a start point and a link."""
+
+    name: str
+    params: tuple[str, ...]
+    build: Callable[[dict], stats.rv_continuous]
+    start: Callable[[np.ndarray, np.ndarray], dict]   # (values, weights) -> starting parameters
+    help: str
+    fixed: tuple[str, ...] = ()                        # parameters set from the data, not optimised
+
+    def to_vector(self, params: dict) -> np.ndarray:
+        return np.array([_LINKS[self.name][p][0](params[p]) for p in self.free])
+
+    def from_vector(self, vec: np.ndarray, fixed: dict) -> dict:
+        out = {p: float(_LINKS[self.name][p][1](v)) for p, v in zip(self.free, vec, strict=True)}
+        out.update(fixed)
+        return out
+
+    @property
+    def free(self) -> tuple[str, ...]:
+        return tuple(p for p in self.params if p not in self.fixed)
+
+
+def _log_moments(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    lx = np.log(x)
+    mu = float(np.average(lx, weights=w))
+    sd = float(np.sqrt(np.average((lx - mu) ** 2, weights=w)))
+    return mu, max(sd, 1e-3)
+
+
+def _moments(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    mean = float(np.average(x, weights=w))
+    var = float(np.average((x - mean) ** 2, weights=w))
+    return mean, max(var, 1e-12)
+
+
+def _weighted_quantile(x: np.ndarray, w: np.ndarray, q: float) -> float:
+    order = np.argsort(x)
+    cum = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cum, q * cum[-1])])
+
+
+def _start_gamma(x, w):
+    mean, var = _moments(x, w)
+    return {"shape": mean**2 / var, "scale": var / mean}
+
+
+def _start_weibull(x, w):
+    mu, sd = _log_moments(x, w)
+    shape = 1.2825 / sd  # pi / sqrt(6) / sd of ln X
+    return {"shape": shape, "scale": float(np.exp(mu + 0.5772 / shape))}
+
+
+def _start_lomax(x, w):
+    mean, var = _moments(x, w)
+    ratio = var / mean**2
+    shape = 2 * ratio / (ratio - 1) if ratio > 1.05 else 10.0
+    return {"shape": shape, "scale": mean * (shape - 1) if shape > 1 else mean}
+
+
+def _start_mixture(x, w):
+    mu, sd = _log_moments(x, w)
+    return {"w": 0.1, "mu": mu, "sigma": sd, "alpha": 1.5, "xm": _weighted_quantile(x, w, 0.9)}
+
+
+_POS = (np.log, np.exp)
+_REAL = (lambda v: v, lambda v: v)
+_UNIT = (special.logit, special.expit)
+_LINKS = {
+    "lognormal": {"mu": _REAL, "sigma": _POS},
+    "gamma": {"shape": _POS, "scale": _POS},
+    "weibull": {"shape": _POS, "scale": _POS},
+    "exponential": {"scale": _POS},
+    "lomax": {"shape": _POS, "scale": _POS},
+    "logt": {"mu": _REAL, "sigma": _POS, "df": _POS},
+    "lognormal_pareto": {"w": _UNIT, "mu": _REAL, "sigma": _POS, "alpha": _POS},
+}
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("lognormal", ("mu", "sigma"), lambda p: stats.lognorm(p["sigma"], scale=np.exp(p["mu"])),
+           lambda x, w: dict(zip(("mu", "sigma"), _log_moments(x, w), strict=True)),
+           "ln X is normal(mu, sigma): the usual default for prompt lengths"),
+    Family("gamma", ("shape", "scale"), lambda p: stats.gamma(p["shape"], scale=p["scale"]), _start_gamma,
+           "gamma(shape, scale): exponential when shape = 1"),
+    Family("weibull", ("shape", "scale"), lambda p: stats.weibull_min(p["shape"], scale=p["scale"]),
+           _start_weibull, "Weibull(shape, scale): stretched (shape < 1) or compressed exponential"),
+    Family("exponential", ("scale",), lambda p: stats.expon(scale=p["scale"]),
+           lambda x, w: {"scale": float(np.average(x, weights=w))},
+           "exponential(scale): ServeGen's finding for output lengths"),
+    Family("lomax", ("shape", "scale"), lambda p: stats.lomax(p["shape"], scale=p["scale"]), _start_lomax,
+           "Lomax / Pareto II (shape, scale): power-law tail with index shape"),
+    Family("logt", ("mu", "sigma", "df"), lambda p: logt(p["df"], p["sigma"], scale=np.exp(p["mu"])),
+           lambda x, w: {**dict(zip(("mu", "sigma"), _log_moments(x, w), strict=True)), "df": 5.0},
+           "ln X is Student t(df, mu, sigma): the output-length family of seed article 002"),
+    Family("lognormal_pareto", ("w", "mu", "sigma", "alpha", "xm"),
+           lambda p: lognormal_pareto(p["w"], p["mu"], p["sigma"], p["alpha"], p["xm"]), _start_mixture,
+           "lognormal body plus a weight-w Pareto(alpha) tail from xm (the 90th percentile): ServeGen's inputs",
+           fixed=("xm",)),
+)}
