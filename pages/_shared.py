@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from planner import stats, store
+from planner import charts, stats, store, workload
 from planner.samples import ensure_sample
 
 
@@ -37,3 +37,22 @@ def trace_stats(trace_id: str) -> dict:
 @st.cache_data(max_entries=64)
 def rejects_csv(trace_id: str) -> bytes:
     return store.rejects_csv(connection(), trace_id)
+
+
+@st.cache_data(max_entries=16, show_spinner="Characterising the workload…")
+def workload_report(trace_id: str, window_s: float | None, edges: tuple[float, ...]) -> dict:
+    """Grouped percentiles, joint view, latency buckets and arrival fits: the ``workload`` CLI object."""
+    return workload.workload_report(connection(), trace_id, window_s=window_s, edges=edges)
+
+
+@st.cache_data(max_entries=32, show_spinner="Fitting length distributions…")
+def length_fit(trace_id: str, field: str, cap: float | None, detect: bool):
+    """Distinct values, counts and the ranked fits of one length field (what the ``fit`` CLI prints)."""
+    x, w = workload.length_counts(connection(), trace_id, field)
+    return x, w, workload.fit_length_field(connection(), trace_id, field, cap=cap, detect=detect)
+
+
+@st.cache_data(max_entries=16, show_spinner="Binning arrivals…")
+def rate_table(trace_id: str):
+    """Rate per 1 s, 10 s and 60 s bin (peak envelope for long traces)."""
+    return charts.rate_table(workload.arrival_times(connection(), trace_id))

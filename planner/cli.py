@@ -96,6 +96,27 @@ def cmd_stats(args) -> None:
     _emit(args, obj, json.dumps(_clean(obj), indent=2))
 
 
+def cmd_fit(args) -> None:
+    from planner.workload import fit_report
+
+    con = store.open_store(args.db)
+    obj = fit_report(con, args.trace, args.field, cap=args.cap, detect=not args.no_detect)
+    lines = [f"{args.field}: n={obj['n']}, censored at {obj['censored_at']} ({obj['censored_fraction']:.2%}); "
+             f"best {obj['best']}"]
+    lines += [f"  {c['family']:18s} AIC {c['aic'] if c['aic'] is not None else '—':>14} KS "
+              f"{c['ks'] if c['ks'] is not None else '—'} {c.get('error') or c['params']}" for c in obj["candidates"]]
+    _emit(args, obj, "\n".join(lines))
+
+
+def cmd_workload(args) -> None:
+    from planner.workload import DEFAULT_BUCKET_EDGES, workload_report
+
+    con = store.open_store(args.db)
+    edges = tuple(float(e) for e in args.buckets.split(",")) if args.buckets else DEFAULT_BUCKET_EDGES
+    obj = workload_report(con, args.trace, window_s=args.window, edges=edges)
+    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+
+
 def cmd_rejects(args) -> None:
     con = store.open_store(args.db)
     info = store.get_trace(con, args.trace)
@@ -139,6 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", "exact percentiles and arrival statistics of a trace")
     p.add_argument("trace", help="trace id or name")
     p.set_defaults(func=cmd_stats)
+
+    p = command("fit", "fit length or inter-arrival distributions (censored MLE, ranked by AIC)")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--field", required=True, choices=("input_tokens", "output_tokens", "total_tokens",
+                                                      "interarrival"))
+    p.add_argument("--cap", type=float, help="a known cap (max_tokens, context length): values at or above it "
+                   "are censored there")
+    p.add_argument("--no-detect", action="store_true", help="do not look for a cap in the data")
+    p.set_defaults(func=cmd_fit)
+
+    p = command("workload", "grouped percentiles, joint view, latency by length bucket and arrival statistics")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--window", type=float, help="time-window width in seconds (default: 6-24 windows)")
+    p.add_argument("--buckets", help="length bucket edges, comma-separated (default 512,2048)")
+    p.set_defaults(func=cmd_workload)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")

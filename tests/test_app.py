@@ -97,3 +97,46 @@ def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
     info = store.get_trace(con, "ms")
     assert info.units["arrival"] == "relative_ms"
     assert stats.trace_stats(con, info.trace_id)["arrivals"]["span_s"] == 1.5
+
+
+def test_workload_page_fits_the_sample(app):
+    app.switch_page("pages/workload.py").run()
+    assert not app.exception
+    got = metrics(app)
+    assert got["Requests fitted"] == "8,350" and got["Cap"] == "7936" and got["Censored"] == "1.64%"
+    assert got["Best fit (AIC)"] == "lognormal_pareto"
+    ranking = table_with(app, "delta_aic")
+    assert ranking["delta_aic"][0] == 0 and ranking["family"][0] == "lognormal_pareto"
+    assert "empirical" in list(ranking["family"]) and len(app.get("vega_lite_chart")) == 3
+    assert sorted(set(table_with(app, "group")["group"])) == ["llama-3-70b", "llama-3-8b"]
+
+    app.segmented_control(key="field").set_value("output_tokens").run()
+    app.number_input(key="cap").set_value(512).run()
+    got = metrics(app)
+    assert got["Cap"] == "512" and float(got["Censored"].rstrip("%")) > 5
+
+
+@pytest.mark.parametrize("view, expected", [
+    ("Arrivals", {"Inter-arrival CV": "2.13", "Poisson?": "rejected", "Mean rate": "1.56 req/s"}),
+    ("Joint", {"Spearman ρ (input, output)": "-0.005"}),
+])
+def test_workload_views_are_bound_to_the_url(tmp_path, monkeypatch, view, expected):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "v.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["view"] = view
+    at.run()
+    at.switch_page("pages/workload.py").run()
+    assert not at.exception
+    assert expected.items() <= metrics(at).items()
+
+
+def test_workload_latency_view_names_the_driver_bucket(app):
+    app.session_state["view"] = "Latency"
+    app.switch_page("pages/workload.py").run()
+    assert not app.exception
+    notes = [m.value for m in app.markdown if "holds most requests above it" in m.value]
+    assert len(notes) == 6 and "bucket **2048+**" in notes[0]
+    app.text_input(key="buckets").set_value("1000").run()
+    assert list(table_with(app, "tail_lift")["bucket"]) == ["0–1000", "1000+"]
+    app.text_input(key="buckets").set_value("abc").run()
+    assert "expected comma-separated numbers" in app.error[0].value

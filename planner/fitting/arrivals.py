@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from planner.fitting.lengths import LengthFit, fit_lengths
+from planner.fitting.lengths import QUANTILES, LengthFit, fit_lengths
 
 INTERARRIVAL_FAMILIES = ("exponential", "gamma", "weibull", "lognormal")
 DISPERSION_WIDTHS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
 _TIE_FRACTION_QUANTIZED = 0.05
+_GRID_RATIO = 0.3          # p5 / median of positive gaps: ~0.07 for Poisson, ~1 for a clock ticking every 3 s
 _POISSON_ALPHA = 0.01
 _TARGET_COUNT_PER_BIN = 10.0
 
@@ -42,6 +43,7 @@ class ArrivalFit:
     quantum_s: float | None
     poisson: PoissonTest | None
     fit: LengthFit | None
+    gap_quantiles: dict[str, float] | None = None   # exact p50/p90/p99 of all gaps, ties included
 
 
 def counts_per_bin(arrivals_s: np.ndarray, width_s: float) -> np.ndarray:
@@ -99,14 +101,21 @@ def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> A
     tie = max(resolution_s or 0.0, 1e-12) * 0.5
     ties = float(np.mean(gaps <= tie))
     positive = gaps[gaps > tie]
-    quantized = ties > _TIE_FRACTION_QUANTIZED
-    quantum = float(np.median(positive)) if quantized and positive.size else None
+    # Ties alone do not make a clock coarse: a bursty process read at 1 ms has many. A coarse clock also puts
+    # the positive gaps on a grid, so even the short ones are about as long as the typical one.
+    quantized = bool(ties > _TIE_FRACTION_QUANTIZED and positive.size
+                     and np.percentile(positive, 5) >= _GRID_RATIO * np.median(positive))
+    quantum = float(np.median(positive)) if quantized else None
     cv = float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else None
     poisson = poisson_test(t, min_bin_s=10 * quantum if quantum else 0.0)
-    fit = None
-    if positive.size >= 2:
-        fit = fit_lengths(positive, families=INTERARRIVAL_FAMILIES, detect=False)
-    return ArrivalFit(int(t.size), cv, ties, quantized, quantum, poisson, fit)
+    try:
+        # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
+        fit = fit_lengths(gaps, families=INTERARRIVAL_FAMILIES, detect=False,
+                          floor=max(resolution_s or 0.0, tie) if ties else None)
+    except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
+        fit = None
+    gap_quantiles = {k: float(np.quantile(gaps, q)) for k, q in QUANTILES.items()}
+    return ArrivalFit(int(t.size), cv, ties, quantized, quantum, poisson, fit, gap_quantiles)
 
 
 def rate_series(arrivals_s: np.ndarray, width_s: float) -> tuple[np.ndarray, np.ndarray]:

@@ -48,13 +48,11 @@ class _LognormalPareto(stats.rv_continuous):
     def _argcheck(self, w, mu, sigma, alpha, xm):
         return (w > 0) & (w < 1) & (sigma > 0) & (alpha > 0) & (xm > 0) & np.isfinite(mu)
 
-    def _pdf(self, x, w, mu, sigma, alpha, xm):
-        body = stats.lognorm.pdf(x, sigma, scale=np.exp(mu))
-        tail = np.where(x >= xm, alpha * xm**alpha / np.maximum(x, xm) ** (alpha + 1), 0.0)
-        return (1 - w) * body + w * tail
-
     def _logpdf(self, x, w, mu, sigma, alpha, xm):
-        return np.log(np.maximum(self._pdf(x, w, mu, sigma, alpha, xm), 1e-300))
+        return _mixture_logpdf(x, w, mu, sigma, alpha, xm)
+
+    def _pdf(self, x, w, mu, sigma, alpha, xm):
+        return np.exp(self._logpdf(x, w, mu, sigma, alpha, xm))
 
     def _cdf(self, x, w, mu, sigma, alpha, xm):
         tail = np.where(x >= xm, 1 - (xm / np.maximum(x, xm)) ** alpha, 0.0)
@@ -68,7 +66,73 @@ class _LognormalPareto(stats.rv_continuous):
         return np.log(np.maximum(self._sf(x, w, mu, sigma, alpha, xm), 1e-300))
 
 
+    def _rvs(self, w, mu, sigma, alpha, xm, size=None, random_state=None):
+        tail = random_state.random(size) < w
+        body = random_state.lognormal(mu, sigma, size)
+        pareto = xm * (1.0 - random_state.random(size)) ** (-1.0 / alpha)
+        return np.where(tail, pareto, body)
+
+
 lognormal_pareto = _LognormalPareto(a=0.0, name="lognormal_pareto", shapes="w, mu, sigma, alpha, xm")
+
+
+# Log-density and log-survival of each family as plain numpy: the optimiser calls them thousands of times, and
+# scipy's generic rv_continuous dispatch costs more than the arithmetic. A test holds them equal to the dists.
+_LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+
+
+def _lognormal_logpdf(x, mu, sigma):
+    lx = np.log(x)
+    return -0.5 * ((lx - mu) / sigma) ** 2 - np.log(sigma) - _LOG_SQRT_2PI - lx
+
+
+def _lognormal_logsf(x, mu, sigma):
+    return special.log_ndtr(-(np.log(x) - mu) / sigma)
+
+
+def _logt_logpdf(x, mu, sigma, df):
+    lx = np.log(x)
+    z = (lx - mu) / sigma
+    norm = special.gammaln((df + 1) / 2) - special.gammaln(df / 2) - 0.5 * np.log(df * np.pi)
+    return norm - (df + 1) / 2 * np.log1p(z * z / df) - np.log(sigma) - lx
+
+
+def _logt_logsf(x, mu, sigma, df):
+    return np.log(special.stdtr(df, -(np.log(x) - mu) / sigma))
+
+
+def _mixture_logpdf(x, w, mu, sigma, alpha, xm):
+    body = np.log1p(-w) + _lognormal_logpdf(x, mu, sigma)
+    lx = np.log(np.maximum(x, xm))
+    tail = np.where(x >= xm, np.log(w) + np.log(alpha) + alpha * (np.log(xm) - lx) - lx, -np.inf)
+    return np.logaddexp(body, tail)
+
+
+def _mixture_logsf(x, w, mu, sigma, alpha, xm):
+    tail = np.where(x >= xm, np.exp(alpha * (np.log(xm) - np.log(np.maximum(x, xm)))), 1.0)
+    return np.log((1 - w) * special.ndtr(-(np.log(x) - mu) / sigma) + w * tail)
+
+
+_FAST = {
+    "lognormal": (_lognormal_logpdf, _lognormal_logsf),
+    "gamma": (lambda x, shape, scale: (shape - 1) * np.log(x) - x / scale - special.gammaln(shape)
+              - shape * np.log(scale),
+              lambda x, shape, scale: np.log(special.gammaincc(shape, x / scale))),
+    "weibull": (lambda x, shape, scale: np.log(shape / scale) + (shape - 1) * np.log(x / scale) - (x / scale) ** shape,
+                lambda x, shape, scale: -((x / scale) ** shape)),
+    "exponential": (lambda x, scale: -x / scale - np.log(scale), lambda x, scale: -x / scale),
+    "lomax": (lambda x, shape, scale: np.log(shape / scale) - (shape + 1) * np.log1p(x / scale),
+              lambda x, shape, scale: -shape * np.log1p(x / scale)),
+    "logt": (_logt_logpdf, _logt_logsf),
+    "lognormal_pareto": (_mixture_logpdf, _mixture_logsf),
+}
+# log F(x), for values censored from below (ties of a clock coarser than the gaps it measures)
+_FAST_LOGCDF = {
+    "lognormal": lambda x, mu, sigma: special.log_ndtr((np.log(x) - mu) / sigma),
+    "gamma": lambda x, shape, scale: np.log(special.gammainc(shape, x / scale)),
+    "weibull": lambda x, shape, scale: np.log(-np.expm1(-((x / scale) ** shape))),
+    "exponential": lambda x, scale: np.log(-np.expm1(-x / scale)),
+}
 
 
 @dataclass(frozen=True)
@@ -80,7 +144,8 @@ class Family:
     build: Callable[[dict], stats.rv_continuous]
     start: Callable[[np.ndarray, np.ndarray], dict]   # (values, weights) -> starting parameters
     help: str
-    fixed: tuple[str, ...] = ()                        # parameters set from the data, not optimised
+    fixed: tuple[str, ...] = ()                        # parameters profiled over, not optimised by gradient
+    profile_grid: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None   # candidates for the fixed one
 
     def to_vector(self, params: dict) -> np.ndarray:
         return np.array([_LINKS[self.name][p][0](params[p]) for p in self.free])
@@ -89,6 +154,18 @@ class Family:
         out = {p: float(_LINKS[self.name][p][1](v)) for p, v in zip(self.free, vec, strict=True)}
         out.update(fixed)
         return out
+
+    def log_likelihood(self, params: dict, x: np.ndarray, w: np.ndarray, cap: float | None, censored: float,
+                       floor: float | None = None, below_floor: float = 0.0) -> float:
+        """Censored log-likelihood: ``sum w log f(x) + censored log S(cap) + below_floor log F(floor)``."""
+        logpdf, logsf = _FAST[self.name]
+        ll = float(np.dot(w, logpdf(x, **params)))
+        if censored:
+            ll += censored * float(logsf(cap, **params))
+        if below_floor:
+            logcdf = _FAST_LOGCDF.get(self.name) or (lambda v, **p: self.build(p).logcdf(v))
+            ll += below_floor * float(logcdf(floor, **params))
+        return ll
 
     @property
     def free(self) -> tuple[str, ...]:
@@ -132,9 +209,22 @@ def _start_lomax(x, w):
     return {"shape": shape, "scale": mean * (shape - 1) if shape > 1 else mean}
 
 
-def _start_mixture(x, w):
-    mu, sd = _log_moments(x, w)
-    return {"w": 0.1, "mu": mu, "sigma": sd, "alpha": 1.5, "xm": _weighted_quantile(x, w, 0.9)}
+def _start_mixture(x, w, xm=None):
+    # body moments from below the threshold, tail index by Hill's estimator above it: a start near the right
+    # basin (a blind start drifts to alpha -> 0, a tail that only soaks up the censored mass)
+    xm = _weighted_quantile(x, w, 0.9) if xm is None else xm
+    below, above = x < xm, x >= xm
+    mu, sd = _log_moments(x[below], w[below]) if w[below].sum() > 1 else _log_moments(x, w)
+    tail_n = w[above].sum()
+    hill = tail_n / max(float(np.dot(w[above], np.log(x[above] / xm))), 1e-9) if tail_n else 1.5
+    frac = tail_n / w.sum()
+    return {"w": float(np.clip(0.5 * frac, 0.005, 0.5)), "mu": mu, "sigma": sd,
+            "alpha": float(np.clip(hill, 0.2, 20.0)), "xm": float(xm)}
+
+
+def _xm_grid(x, w):
+    # the tail's start is a threshold: its likelihood jumps at data points, so it is profiled, not differentiated
+    return np.unique([_weighted_quantile(x, w, q) for q in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98)])
 
 
 _POS = (np.log, np.exp)
@@ -168,6 +258,6 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "ln X is Student t(df, mu, sigma): the output-length family of seed article 002"),
     Family("lognormal_pareto", ("w", "mu", "sigma", "alpha", "xm"),
            lambda p: lognormal_pareto(p["w"], p["mu"], p["sigma"], p["alpha"], p["xm"]), _start_mixture,
-           "lognormal body plus a weight-w Pareto(alpha) tail from xm (the 90th percentile): ServeGen's inputs",
-           fixed=("xm",)),
+           "lognormal body plus a weight-w Pareto(alpha) tail from xm (profiled): ServeGen's inputs",
+           fixed=("xm",), profile_grid=_xm_grid),
 )}

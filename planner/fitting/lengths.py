@@ -13,15 +13,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import optimize
+from threadpoolctl import threadpool_limits
 
 from planner.fitting.families import FAMILIES
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
-MAX_DISTINCT = 100_000       # above this many distinct values, fit on a seeded subsample of the counts
+MAX_DISTINCT = 100_000       # above this many distinct values, fit on a seeded subsample of requests
+SUBSAMPLE = 200_000          # requests drawn for that subsample
 _SPIKE_FACTOR = 10.0          # a capped value holds this many times the density just below it
 _MIN_SPIKE = 5                # and at least this many requests
 # Bounds on the optimiser's (transformed) parameters; log-t beyond 1,000 degrees of freedom is lognormal.
-_BOUNDS = {("logt", "df"): (math.log(0.3), math.log(1000.0))}
+# A Pareto tail index near 0 puts the tail's mass beyond any cap: a degenerate optimum that only soaks up the
+# censored fraction, so the index is kept where token-length tails live.
+_BOUNDS = {("logt", "df"): (math.log(0.3), math.log(1000.0)),
+           ("lognormal_pareto", "alpha"): (math.log(0.3), math.log(50.0))}
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,16 @@ class LengthFit:
     @property
     def best(self) -> str:
         return self.candidates[0].family
+
+    def ranking_rows(self) -> list[dict]:
+        """The ranking table: one row per candidate with ΔAIC from the best, KS and fitted quantiles."""
+        best_aic = min((c.aic for c in self.candidates if c.aic is not None), default=None)
+        rows = []
+        for c in self.candidates:
+            rows.append({"family": c.family, "params": ", ".join(f"{k}={v:.4g}" for k, v in c.params.items()),
+                         "aic": c.aic, "delta_aic": None if c.aic is None else c.aic - best_aic, "bic": c.bic,
+                         "ks": c.ks, **{k: c.quantiles.get(k) for k in QUANTILES}, "error": c.error or ""})
+        return rows
 
 
 def counts_of(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,33 +114,46 @@ def detect_cap(x: np.ndarray, w: np.ndarray) -> float | None:
     return float(x[spiky].min())
 
 
-def _ks(dist, x: np.ndarray, w: np.ndarray, total: float, integer: bool) -> float:
-    femp = np.cumsum(w) / total
-    before = np.concatenate([[0.0], femp[:-1]])
+@dataclass(frozen=True)
+class _Sample:
+    """What the likelihood sees: exact values with counts, plus the counts censored above ``cap`` and below
+    ``floor`` (all counts already divided by ``scale`` when a subsample stands in for the data)."""
+
+    x: np.ndarray
+    w: np.ndarray
+    cap: float | None = None
+    above: float = 0.0
+    floor: float | None = None
+    below: float = 0.0
+    scale: float = 1.0
+
+    @property
+    def total(self) -> float:
+        return float(self.w.sum()) + self.above + self.below
+
+
+def _ks(dist, s: _Sample, integer: bool) -> float:
+    femp = (s.below + np.cumsum(s.w)) / s.total
+    before = np.concatenate([[s.below / s.total], femp[:-1]])
     half = 0.5 if integer else 0.0
-    upper = dist.cdf(x + half)
-    lower = dist.cdf(x - half)
+    upper = dist.cdf(s.x + half)
+    lower = dist.cdf(s.x - half)
     return float(max(np.max(np.abs(femp - upper)), np.max(np.abs(before - lower))))
 
 
-def _fit_family(name: str, x: np.ndarray, w: np.ndarray, cap: float | None, censored: float,
-                scale: float) -> tuple[dict, float]:
+def _fit_free(name: str, s: _Sample, fixed: dict, x0: np.ndarray) -> tuple[dict, float]:
+    """Minimise the censored negative log-likelihood over a family's free parameters (``fixed`` held)."""
     fam = FAMILIES[name]
-    start = fam.start(x, w)
-    fixed = {p: start[p] for p in fam.fixed}
+    per_request = 1.0 / s.total   # O(1) gradients keep the line search from leaping to the bounds
 
     def nll(vec: np.ndarray) -> float:
         try:
-            dist = fam.build(fam.from_vector(vec, fixed))
             with np.errstate(all="ignore"):
-                ll = float(np.dot(w, dist.logpdf(x)))
-                if censored:
-                    ll += censored * float(dist.logsf(cap))
+                ll = fam.log_likelihood(fam.from_vector(vec, fixed), s.x, s.w, s.cap, s.above, s.floor, s.below)
         except (ValueError, OverflowError, FloatingPointError):
             return math.inf
-        return -ll * scale if math.isfinite(ll) else math.inf
+        return -ll * per_request if math.isfinite(ll) else math.inf
 
-    x0 = fam.to_vector(start)
     bounds = [_BOUNDS.get((name, p), (-40.0, 40.0)) for p in fam.free]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -135,24 +163,66 @@ def _fit_family(name: str, x: np.ndarray, w: np.ndarray, cap: float | None, cens
                                         options={"maxiter": 3000, "xatol": 1e-7, "fatol": 1e-9, "adaptive": True})
             if simplex.fun < best.fun:
                 best = simplex
-    if not math.isfinite(best.fun):
+    return fam.from_vector(best.x, fixed), float(best.fun) / per_request * s.scale
+
+
+def _fit_family(name: str, s: _Sample) -> tuple[dict, float]:
+    fam = FAMILIES[name]
+    start = fam.start(s.x, s.w)
+    if fam.profile_grid is None:
+        params, nll = _fit_free(name, s, {p: start[p] for p in fam.fixed}, fam.to_vector(start))
+    else:
+        # profile likelihood over the one threshold parameter: a grid, then Brent between the best's neighbours
+        (key,) = fam.fixed
+        grid = fam.profile_grid(s.x, s.w)
+        if s.cap is not None:
+            grid = grid[grid < s.cap]
+        results = {}
+
+        def profile(value: float) -> float:
+            start_at = fam.to_vector(fam.start(s.x, s.w, **{key: float(value)}))
+            results[float(value)] = _fit_free(name, s, {key: float(value)}, start_at)
+            return results[float(value)][1]
+        values = [profile(v) for v in grid]
+        i = int(np.nanargmin(values))
+        lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+        if hi > lo:
+            optimize.minimize_scalar(profile, bounds=(lo, hi), method="bounded",
+                                     options={"xatol": 0.002 * grid[i], "maxiter": 12})
+        params, nll = min(results.values(), key=lambda r: r[1])
+    if not math.isfinite(nll):
         raise RuntimeError("the likelihood is not finite anywhere near the starting point")
-    return fam.from_vector(best.x, fixed), float(best.fun)
+    return params, nll
+
+
+def _candidate(name: str, s: _Sample, n: float, integer: bool) -> Candidate:
+    try:
+        params, nll = _fit_family(name, s)
+        dist = FAMILIES[name].build(params)
+        k = len(FAMILIES[name].params)   # a profiled threshold is a parameter too
+        quantiles = {key: float(dist.ppf(q)) for key, q in QUANTILES.items()}
+        return Candidate(name, params, 2 * k + 2 * nll, k * math.log(n) + 2 * nll, _ks(dist, s, integer),
+                         quantiles, dist)
+    except Exception as exc:  # noqa: BLE001 - a family that fails is reported, never fatal
+        return Candidate(name, {}, None, None, None, {}, error=f"{type(exc).__name__}: {exc}")
 
 
 def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None = None, detect: bool = True,
-                families: tuple[str, ...] | None = None, seed: int = 0) -> LengthFit:
+                floor: float | None = None, families: tuple[str, ...] | None = None, seed: int = 0) -> LengthFit:
     """Fit every length family by (censored) maximum likelihood and rank them.
 
     Parameters
     ----------
     x, w : ndarray
         Values and their counts (``w`` None: ``x`` holds raw values). Non-positive values cannot be fitted by
-        the families and are dropped (counted in ``dropped_nonpositive``).
+        the families and are dropped (counted in ``dropped_nonpositive``) unless ``floor`` is given.
     cap : float, optional
         A known cap (``max_tokens``, context length): values at or above it are censored there.
     detect : bool
         Look for a cap in the data when none is given.
+    floor : float, optional
+        Values at or below it are censored from below (known only to be at most ``floor``): the ties of a clock
+        whose resolution is ``floor``.
     families : tuple of str, optional
         Subset of :data:`planner.fitting.families.FAMILIES`; all by default.
     seed : int
@@ -169,37 +239,37 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
     x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float)
     order = np.argsort(x)
     x, w = x[order], w[order]
-    dropped = int(w[x <= 0].sum())
-    x, w = x[x > 0], w[x > 0]
+    low = x <= (floor if floor is not None else 0.0)
+    below = float(w[low].sum()) if floor is not None else 0.0
+    dropped = 0 if floor is not None else int(w[low].sum())
+    if floor is None:
+        x, w = x[~low], w[~low]
     if w.sum() < 2:
         raise ValueError("need at least two positive values to fit a length distribution")
     n = float(w.sum())
     empirical = {k: exact_quantile(x, w, q) for k, q in QUANTILES.items()}
+    x, w = x[x > (floor or 0.0)], w[x > (floor or 0.0)]
     if cap is None and detect:
         cap = detect_cap(x, w)
-    censored = float(w[x >= cap].sum()) if cap is not None else 0.0
+    above = float(w[x >= cap].sum()) if cap is not None else 0.0
     fx, fw = (x[x < cap], w[x < cap]) if cap is not None else (x, w)
     scale = 1.0
     if len(fx) > MAX_DISTINCT:
+        # a seeded draw of requests (not of distinct values, which would favour common values twice)
         rng = np.random.default_rng(seed)
-        pick = rng.choice(len(fx), size=MAX_DISTINCT, replace=False, p=fw / fw.sum())
-        keep_total = fw.sum()
-        fx, fw = fx[np.sort(pick)], fw[np.sort(pick)]
-        scale = keep_total / fw.sum()
+        drawn = np.bincount(rng.choice(len(fx), size=SUBSAMPLE, p=fw / fw.sum()), minlength=len(fx))
+        scale = fw.sum() / SUBSAMPLE
+        fx, fw = fx[drawn > 0], drawn[drawn > 0].astype(float)
+    if len(fx) < 2:
+        raise ValueError("need at least two distinct uncensored values to fit a length distribution")
+    sample = _Sample(fx, fw, cap, above / scale, floor, below / scale, scale)
     integer = bool(np.all(np.mod(x, 1.0) == 0))
 
-    fitted, failed = [], []
-    for name in families or tuple(FAMILIES):
-        try:
-            params, nll = _fit_family(name, fx, fw, cap, censored / scale, scale)
-            dist = FAMILIES[name].build(params)
-            k = len(FAMILIES[name].free)
-            ks = _ks(dist, fx, fw, fw.sum() + censored / scale, integer)
-            quantiles = {key: float(dist.ppf(q)) for key, q in QUANTILES.items()}
-            fitted.append(Candidate(name, params, 2 * k + 2 * nll, k * math.log(n) + 2 * nll, ks, quantiles, dist))
-        except Exception as exc:  # noqa: BLE001 - a family that fails is reported, never fatal
-            failed.append(Candidate(name, {}, None, None, None, {}, error=f"{type(exc).__name__}: {exc}"))
-    fitted.sort(key=lambda c: c.aic)
+    with threadpool_limits(limits=1, user_api="blas"):
+        # OpenBLAS threads spinning between the optimiser's tiny vector ops cost 5-10x on a 2-core machine
+        results = [_candidate(name, sample, n, integer) for name in families or tuple(FAMILIES)]
+    fitted = sorted((c for c in results if c.error is None), key=lambda c: c.aic)
+    failed = [c for c in results if c.error is not None]
     empirical_candidate = Candidate("empirical", {}, None, None, 0.0, empirical)
-    return LengthFit(int(n + dropped), cap, censored / n, fitted + [empirical_candidate] + failed, empirical,
+    return LengthFit(int(n + dropped), cap, above / n, fitted + [empirical_candidate] + failed, empirical,
                      dropped)

@@ -1,0 +1,134 @@
+"""Workload: length and arrival distributions fitted honestly, the joint view and latency by length bucket."""
+
+import polars as pl
+import streamlit as st
+
+from pages._shared import length_fit, rate_table, selected_trace, trace_stats, workload_report
+from planner import charts
+from planner.stats import LENGTH_FIELDS, percentile_rows
+from planner.workload import DEFAULT_BUCKET_EDGES
+
+NUMBER = {c: st.column_config.NumberColumn(format="%.4g") for c in
+          ("mean", "p50", "p90", "p95", "p99", "p999", "max", "aic", "delta_aic", "bic", "ks", "share",
+           "tail_share", "tail_lift")}
+WINDOWS = {"auto": None, "1 min": 60.0, "10 min": 600.0, "1 h": 3600.0, "1 day": 86400.0}
+
+st.title("Workload")
+info = selected_trace()
+if info is None:
+    st.info("No trace selected. Upload a request log on the **Traces** page.")
+    st.stop()
+
+tab_lengths, tab_arrivals, tab_joint, tab_latency = st.tabs(
+    ["Lengths", "Arrivals", "Joint", "Latency"], key="view", on_change="rerun", bind="query-params")
+
+if tab_lengths.open:
+    with tab_lengths:
+        c1, c2, c3 = st.columns([2, 1, 1])
+        field = c1.segmented_control("Field", LENGTH_FIELDS, default="input_tokens", key="field",
+                                     bind="query-params", required=True)
+        cap = c2.number_input("Cap (tokens)", min_value=0, value=0, step=256, key="cap", bind="query-params",
+                              help="max_tokens or context length: values at or above it are censored there. "
+                                   "0 = detect a spike at the maximum")
+        detect = c3.toggle("Detect a cap", value=True, key="detect", bind="query-params", disabled=cap > 0)
+        x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
+        m = st.columns(4)
+        m[0].metric("Requests fitted", f"{fit.n:,}", help="Non-failed requests with a value")
+        m[1].metric("Best fit (AIC)", fit.best)
+        m[2].metric("Cap", f"{fit.censored_at:g}" if fit.censored_at is not None else "none",
+                    help="Values at or above it enter the likelihood through the survival function")
+        m[3].metric("Censored", f"{fit.censored_fraction:.2%}")
+        if fit.dropped_nonpositive:
+            st.caption(f"{fit.dropped_nonpositive:,} zero-length requests are outside every family and not fitted.")
+        st.dataframe(pl.DataFrame(fit.ranking_rows()), hide_index=True, key="fit_ranking",
+                     column_config=NUMBER | {"p50": st.column_config.NumberColumn("p50 fitted", format="%.4g")})
+        st.caption("Empirical quantiles: " + ", ".join(f"{k} {v:,.4g}" for k, v in fit.empirical_quantiles.items())
+                   + ". Ranked by AIC; KS is a sanity check (ties and caps inflate it), not the ranking.")
+        label = field.replace("_", " ")
+        g1, g2, g3 = st.columns(3)
+        g1.altair_chart(charts.length_histogram(x, w, fit, f"{label}: histogram and fits"), key="hist")
+        g2.altair_chart(charts.cdf_chart(x, w, fit, f"{label}: CDF"), key="cdf")
+        g3.altair_chart(charts.qq_chart(x, w, fit, f"{label}: QQ"), key="qq")
+
+        st.subheader("Percentiles", help="Exact, over non-failed requests")
+        stats = trace_stats(info.trace_id)
+        st.dataframe(pl.DataFrame(percentile_rows({f: stats[f] for f in LENGTH_FIELDS})), hide_index=True,
+                     key="length_percentiles", column_config=NUMBER)
+        window_label = st.selectbox("Time window", list(WINDOWS), key="window", bind="query-params",
+                                    disabled=not info.has_timestamps)
+        report = workload_report(info.trace_id, WINDOWS[window_label], DEFAULT_BUCKET_EDGES)
+        if report["per_model"]:
+            st.markdown("**Per model**")
+            st.dataframe(pl.DataFrame(report["per_model"]), hide_index=True, key="per_model", column_config=NUMBER)
+        if report["per_window"]:
+            st.markdown(f"**Per {report['window_s']:g} s window** (group = window start, s from the first request)")
+            st.dataframe(pl.DataFrame(report["per_window"]), hide_index=True, key="per_window",
+                         column_config=NUMBER)
+
+if tab_arrivals.open:
+    with tab_arrivals:
+        report = workload_report(info.trace_id, None, DEFAULT_BUCKET_EDGES)
+        arrivals = report["arrivals"]
+        if arrivals is None:
+            st.info("This trace has no timestamps: arrival views need an arrival column.")
+        else:
+            fit, peaks = arrivals["fit"], arrivals["peaks"]
+            m = st.columns(5)
+            m[0].metric("Mean rate", f"{peaks['mean_rate_rps']:.3g} req/s")
+            m[1].metric("Peak rate", f"{peaks['peak_rate_rps']:.3g} req/s" if peaks["peak_rate_rps"] else "—",
+                        help="p99 of per-minute rates: the rate to provision for")
+            m[2].metric("Peak/mean 1 s · 10 s · 60 s", " · ".join(
+                f"{v:.2g}" if v else "—" for v in peaks["peak_to_mean"].values()))
+            m[3].metric("Inter-arrival CV", f"{fit['cv']:.3g}" if fit["cv"] is not None else "—",
+                        help="1 for Poisson; meaningless for coarse clocks or on/off traffic")
+            test = fit["poisson_test"]
+            m[4].metric("Poisson?", "consistent" if fit["poisson_consistent"] else "rejected",
+                        help=(f"Index-of-dispersion test on {test['bins']:,} bins of {test['bin_s']:.3g} s: "
+                              f"VMR {test['vmr']:.3g}, p = {test['p_value']:.2g} (reject below 0.01)")
+                        if test else "Too few bins to test")
+            if fit["quantized"]:
+                st.warning(f"Timestamps are coarse: {fit['tie_fraction']:.0%} of gaps are ties and the clock ticks "
+                           f"every ~{fit['quantum_s']:.3g} s. Inter-arrival fits and the CV are meaningless here; "
+                           "judge burstiness by the dispersion of counts below.")
+            st.altair_chart(charts.rate_timeline(rate_table(info.trace_id), peaks["mean_rate_rps"],
+                                                 peaks["peak_rate_rps"]), key="timeline")
+            c1, c2 = st.columns(2)
+            c1.markdown("**Dispersion of counts against bin width**")
+            c1.altair_chart(charts.dispersion_chart(arrivals["dispersion"]), key="dispersion")
+            c2.markdown(f"**Inter-arrival fits** (gaps in seconds; {fit['tie_fraction']:.1%} ties censored below "
+                        "the clock's resolution)")
+            c2.dataframe(pl.DataFrame([{"family": c["family"], "aic": c["aic"], "ks": c["ks"],
+                                        "params": ", ".join(f"{k}={v:.4g}" for k, v in c["params"].items())}
+                                       for c in fit["candidates"]]), hide_index=True, key="gap_fits",
+                         column_config=NUMBER)
+
+if tab_joint.open:
+    with tab_joint:
+        report = workload_report(info.trace_id, None, DEFAULT_BUCKET_EDGES)
+        rho = report["spearman_input_output"]
+        st.metric("Spearman ρ (input, output)", f"{rho:.3f}" if rho is not None else "—",
+                  help="Rank correlation over non-failed requests; near 0 means lengths can be sampled independently")
+        st.altair_chart(charts.joint_heatmap(report["joint_histogram"]), key="joint")
+
+if tab_latency.open:
+    with tab_latency:
+        edges_text = st.text_input("Length bucket edges (tokens)", value="512,2048", key="buckets",
+                                   bind="query-params", help="Comma-separated; 512,2048 gives 0–512, 512–2048, 2048+")
+        try:
+            edges = tuple(sorted(float(e) for e in edges_text.split(",") if e.strip()))
+        except ValueError:
+            st.error(f"Bucket edges {edges_text!r}: expected comma-separated numbers such as 512,2048")
+            st.stop()
+        report = workload_report(info.trace_id, None, edges)
+        if not report["latency_buckets"]:
+            st.info("This trace carries no TTFT, TPOT or end-to-end latency.")
+        for lat_field, by_fields in report["latency_buckets"].items():
+            st.subheader(lat_field.removesuffix("_ms").upper() + " (ms)")
+            cols = st.columns(len(by_fields))
+            for col, (by_field, buckets) in zip(cols, by_fields.items(), strict=True):
+                col.markdown(f"By **{by_field.replace('_', ' ')}**: overall p99 {buckets['overall_p99']:.1f} ms; "
+                             f"bucket **{buckets['driver']}** holds most requests above it")
+                col.altair_chart(charts.bucket_chart(buckets["buckets"], lat_field, by_field),
+                                 key=f"bucket_{lat_field}_{by_field}")
+                col.dataframe(pl.DataFrame(buckets["buckets"]).drop("lo", "hi"), hide_index=True,
+                              key=f"buckets_{lat_field}_{by_field}", column_config=NUMBER)

@@ -1,0 +1,96 @@
+"""Arrival processes: Poisson told from bursty gamma, coarse clocks, dispersion and peak rates."""
+
+import numpy as np
+import pytest
+
+from planner.fitting.arrivals import (counts_per_bin, dispersion_curve, fit_arrivals, peak_summary, poisson_test,
+                                      rate_series)
+
+RATE = 5.0
+N = 50_000
+
+
+def renewal(cv: float, seed: int, n: int = N) -> np.ndarray:
+    """Arrival times of a gamma renewal process with mean rate RATE and inter-arrival CV ``cv``."""
+    shape = 1.0 / cv**2
+    return np.cumsum(np.random.default_rng(seed).gamma(shape, 1.0 / (RATE * shape), size=n))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_poisson_arrivals_pass_the_test_and_fit_exponential(seed):
+    fit = fit_arrivals(renewal(1.0, seed), resolution_s=1e-6)
+    assert fit.poisson.consistent
+    assert fit.cv == pytest.approx(1.0, abs=0.03)
+    assert not fit.quantized
+    # exponential is gamma/Weibull with shape 1: the extra parameter buys no likelihood, so AIC prefers it or ties
+    by_family = {c.family: c for c in fit.fit.candidates}
+    assert by_family["gamma"].params["shape"] == pytest.approx(1.0, abs=0.03)
+    assert by_family["exponential"].params["scale"] == pytest.approx(1 / RATE, rel=0.02)
+    assert by_family["exponential"].aic <= by_family["lognormal"].aic
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bursty_gamma_arrivals_fail_the_test_and_fit_gamma(seed):
+    fit = fit_arrivals(renewal(2.0, seed), resolution_s=1e-6)
+    assert not fit.poisson.consistent
+    assert fit.poisson.vmr > 2
+    assert fit.cv == pytest.approx(2.0, rel=0.06)
+    assert fit.fit.best == "gamma"
+    assert fit.fit.candidates[0].params["shape"] == pytest.approx(0.25, rel=0.04)
+
+
+def test_millisecond_ties_of_a_bursty_process_are_censored_not_called_coarse():
+    t = np.floor(renewal(2.0, 4) * 1000) / 1000
+    fit = fit_arrivals(t, resolution_s=0.001)
+    assert fit.tie_fraction > 0.05          # many ties ...
+    assert not fit.quantized                # ... but the clock is fine relative to the gaps
+    assert fit.fit.candidates[0].params["shape"] == pytest.approx(0.25, rel=0.05)
+
+
+def test_a_three_second_clock_is_flagged_and_judged_by_counts():
+    t = np.floor(renewal(1.0, 5) / 3.0) * 3.0   # Mooncake-like: arrivals land on 3 s ticks
+    fit = fit_arrivals(t, resolution_s=1.0)
+    assert fit.quantized and fit.quantum_s == pytest.approx(3.0)
+    assert fit.tie_fraction > 0.5
+    assert fit.poisson.bin_s >= 30          # bins of at least ten ticks
+    assert fit.poisson.consistent           # the underlying process is Poisson, and the count test still sees it
+    assert fit.fit is None                  # every positive gap is one tick: nothing a gap family can learn
+
+
+def test_poisson_test_is_calibrated():
+    # at alpha 0.01, Poisson processes are rejected rarely
+    rejected = sum(not poisson_test(renewal(1.0, seed, 5_000)).consistent for seed in range(100))
+    assert rejected <= 5
+
+
+def test_dispersion_curve_is_one_for_poisson_and_grows_for_a_modulated_rate():
+    curve = dispersion_curve(renewal(1.0, 6))
+    assert all(abs(point["vmr"] - 1) < 0.25 for point in curve if point["bins"] >= 100)
+    # a rate that switches between 1 and 9 req/s every 10 minutes: near-Poisson at 1 s, very dispersed at minutes
+    rng = np.random.default_rng(7)
+    chunks = [600 * i + np.sort(rng.uniform(0, 600, rng.poisson(600 * (1 if i % 2 else 9)))) for i in range(12)]
+    curve = {p["bin_s"]: p["vmr"] for p in dispersion_curve(np.concatenate(chunks))}
+    # counts in a bin of width b: variance b * 5 + b^2 * 16 (Poisson noise plus the rate's variance 4^2), mean b * 5
+    assert curve[1.0] == pytest.approx(1 + 16 / 5, rel=0.1)
+    assert curve[60.0] == pytest.approx(1 + 60 * 16 / 5, rel=0.25)
+    assert list(curve.values()) == sorted(curve.values())
+
+
+def test_counts_per_bin_conserve_requests():
+    t = renewal(2.0, 8, 10_000)
+    for width in (0.5, 1.0, 60.0):
+        counts = counts_per_bin(t, width)
+        assert counts.sum() == t.size
+        assert counts.size == int(np.floor((t.max() - t.min()) / width)) + 1
+
+
+def test_peak_summary_worked_example():
+    # 10 minutes at 1 req/s, then 1 minute at 31 req/s (evenly spaced): mean 41/11 per s over 660 s
+    t = np.concatenate([np.arange(600.0), 600 + np.arange(31 * 60) / 31.0])
+    summary = peak_summary(t)
+    span = t.max() - t.min()
+    assert summary["mean_rate_rps"] == pytest.approx(t.size / span)
+    assert summary["peak_to_mean"]["60s"] == pytest.approx(31.0 / (t.size / span), rel=1e-9)
+    starts, rates = rate_series(t, 60.0)
+    assert list(rates) == [1.0] * 10 + [31.0]
+    assert summary["peak_rate_rps"] == pytest.approx(np.percentile(rates, 99))

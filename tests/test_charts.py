@@ -1,0 +1,70 @@
+"""Chart builders: the numbers behind each chart, and specs that export outside Streamlit (reports)."""
+
+import altair as alt
+import numpy as np
+import pytest
+
+from planner import charts
+from planner.fitting.arrivals import dispersion_curve
+from planner.fitting.lengths import counts_of, fit_lengths
+
+
+@pytest.fixture(scope="module")
+def capped_lengths():
+    x = np.minimum(np.maximum(np.rint(np.random.default_rng(2).lognormal(5.0, 1.0, 50_000)), 1), 1024)
+    xs, ws = counts_of(x)
+    return xs, ws, fit_lengths(xs, ws)
+
+
+def spec(chart) -> dict:
+    with alt.data_transformers.enable("default", max_rows=5000):   # exports keep under the embedding limit
+        return chart.to_dict()
+
+
+def test_log_bins_conserve_counts_and_density_integrates_to_one(capped_lengths):
+    x, w, _ = capped_lengths
+    bins = charts.log_bins(x, w)
+    assert bins["count"].sum() == pytest.approx(w.sum())
+    assert float(((bins["hi"] - bins["lo"]) * bins["density"]).sum()) == pytest.approx(1.0)
+
+
+def test_every_builder_exports_within_the_row_limit(capped_lengths):
+    x, w, fit = capped_lengths
+    t = np.cumsum(np.random.default_rng(3).exponential(0.01, 300_000))   # ~50 min at 100 req/s
+    rates = charts.rate_table(t)
+    built = [charts.length_histogram(x, w, fit, "h"), charts.cdf_chart(x, w, fit, "c"), charts.qq_chart(x, w, fit, "q"),
+             charts.rate_timeline(rates, 100.0, 120.0), charts.dispersion_chart(dispersion_curve(t)),
+             charts.joint_heatmap([{"input_lo": 0.0, "input_hi": 1.0, "output_lo": 8.0, "output_hi": 16.0,
+                                    "count": 3}]),
+             charts.bucket_chart([{"bucket": "0–512", "p50": 1.0, "p90": 2.0, "p99": 3.0},
+                                  {"bucket": "512+", "p50": 2.0, "p90": None, "p99": 9.0}], "ttft_ms", "input")]
+    for chart in built:
+        assert "$schema" in spec(chart)
+
+
+def test_histogram_marks_the_cap_and_overlays_the_top_fits(capped_lengths):
+    x, w, fit = capped_lengths
+    layers = spec(charts.length_histogram(x, w, fit, "h"))["layer"]
+    assert len(layers) == 3                      # bars, fitted densities, cap rule
+    datasets = spec(charts.length_histogram(x, w, fit, "h"))["datasets"]
+    families = {row["family"] for rows in datasets.values() for row in rows if "family" in row}
+    assert families == {c.family for c in fit.candidates[:3]}
+
+
+def test_qq_table_stays_below_the_censored_fraction(capped_lengths):
+    x, w, fit = capped_lengths
+    table = charts.qq_table(x, w, fit)
+    assert table["p"].max() < 1 - fit.censored_fraction
+    best = table.filter(table["family"] == fit.best)
+    # the best family keeps to the diagonal in the body
+    ratio = (best["fitted"] / best["empirical"]).to_numpy()[20:-20]
+    assert np.all(np.abs(ratio - 1) < 0.1)
+
+
+def test_rate_table_keeps_the_peak_when_it_thins_a_long_series():
+    t = np.arange(0, 20_000, 0.5)                   # 2 req/s for 20,000 s
+    t = np.sort(np.concatenate([t, np.full(50, 12_345.2)]))   # one 50-request spike
+    rates = charts.rate_table(t, widths_s=(1.0,), max_points=1_000)
+    assert rates.height <= 1_001
+    assert rates["rate_rps"].max() == 52.0
+    assert "peak of 20" in rates["bin"][0]
