@@ -26,6 +26,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py
+	$(PY) bench/fit.py
 
 sample: $(STAMP)
 	$(PY) traces/generate_sample.py

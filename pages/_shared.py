@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from planner import charts, stats, store, workload
 from planner.samples import ensure_sample
@@ -16,12 +17,27 @@ def get_store(db_path: str):
     return con
 
 
+def require_frame() -> None:
+    """Hand a page run that bypassed ``app.py`` back to it.
+
+    Streamlit treats a folder named ``pages/`` as legacy auto-discovered pages until ``st.navigation`` has run
+    once in the process, so the first visitor of a fresh server who opens a shared deep link (``/workload?…``)
+    would get the page alone: no trace picker, no navigation. Switching the legacy mode off and rerunning routes
+    the same URL through ``app.py``. Only a session's first run is rerouted: a later run may carry a click that
+    a rerun would drop (Streamlit's AppTest resets the legacy flag on every run and runs pages alone).
+    """
+    if PagesManager.uses_pages_directory and not st.session_state.to_dict():
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def connection():
     return get_store(str(store.default_db_path()))
 
 
 def selected_trace() -> store.TraceInfo | None:
     """The trace picked in the sidebar, or None when the store is empty."""
+    require_frame()
     trace_id = st.session_state.get("selected_trace_id")
     if not trace_id:
         return None

@@ -8,7 +8,7 @@ import polars as pl
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from pages._shared import connection, rejects_csv
+from pages._shared import connection, rejects_csv, require_frame
 from planner import store
 from planner.errors import PlannerError
 from planner.ingest import ingest_file
@@ -21,6 +21,7 @@ DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe"
 ARRIVAL_UNITS = ("auto", "datetime", "s", "ms", "us", "ns")
 LATENCY_UNITS = ("auto", "ms", "s", "us")
 
+require_frame()
 st.title("Traces")
 uploaded = st.file_uploader(
     "Request log", key="traces_upload",

@@ -11,6 +11,8 @@ from planner.workload import DEFAULT_BUCKET_EDGES
 NUMBER = {c: st.column_config.NumberColumn(format="%.4g") for c in
           ("mean", "p50", "p90", "p95", "p99", "p999", "max", "aic", "delta_aic", "bic", "ks", "share",
            "tail_share", "tail_lift")}
+# bound to the URL, and kept while their tab is closed (a hidden widget would otherwise drop its value)
+URL = {"bind": "query-params", "persist_state": "page"}
 WINDOWS = {"auto": None, "1 min": 60.0, "10 min": 600.0, "1 h": 3600.0, "1 day": 86400.0}
 
 st.title("Workload")
@@ -26,11 +28,11 @@ if tab_lengths.open:
     with tab_lengths:
         c1, c2, c3 = st.columns([2, 1, 1])
         field = c1.segmented_control("Field", LENGTH_FIELDS, default="input_tokens", key="field",
-                                     bind="query-params", required=True)
-        cap = c2.number_input("Cap (tokens)", min_value=0, value=0, step=256, key="cap", bind="query-params",
+                                     **URL, required=True)
+        cap = c2.number_input("Cap (tokens)", min_value=0, value=0, step=256, key="cap", **URL,
                               help="max_tokens or context length: values at or above it are censored there. "
                                    "0 = detect a spike at the maximum")
-        detect = c3.toggle("Detect a cap", value=True, key="detect", bind="query-params", disabled=cap > 0)
+        detect = c3.toggle("Detect a cap", value=True, key="detect", **URL, disabled=cap > 0)
         x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
         m = st.columns(4)
         m[0].metric("Requests fitted", f"{fit.n:,}", help="Non-failed requests with a value")
@@ -54,7 +56,7 @@ if tab_lengths.open:
         stats = trace_stats(info.trace_id)
         st.dataframe(pl.DataFrame(percentile_rows({f: stats[f] for f in LENGTH_FIELDS})), hide_index=True,
                      key="length_percentiles", column_config=NUMBER)
-        window_label = st.selectbox("Time window", list(WINDOWS), key="window", bind="query-params",
+        window_label = st.selectbox("Time window", list(WINDOWS), key="window", **URL,
                                     disabled=not info.has_timestamps)
         report = workload_report(info.trace_id, WINDOWS[window_label], DEFAULT_BUCKET_EDGES)
         if report["per_model"]:
@@ -113,7 +115,7 @@ if tab_joint.open:
 if tab_latency.open:
     with tab_latency:
         edges_text = st.text_input("Length bucket edges (tokens)", value="512,2048", key="buckets",
-                                   bind="query-params", help="Comma-separated; 512,2048 gives 0–512, 512–2048, 2048+")
+                                   **URL, help="Comma-separated; 512,2048 gives 0–512, 512–2048, 2048+")
         try:
             edges = tuple(sorted(float(e) for e in edges_text.split(",") if e.strip()))
         except ValueError:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from planner.fitting.lengths import QUANTILES, LengthFit, fit_lengths
+from planner.fitting.lengths import MAX_DISTINCT, QUANTILES, LengthFit, counts_of, fit_lengths
 
 INTERARRIVAL_FAMILIES = ("exponential", "gamma", "weibull", "lognormal")
 DISPERSION_WIDTHS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
@@ -94,8 +94,11 @@ def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> A
     resolution_s : float, optional
         The timestamp resolution found at ingest; gaps at or below it count as ties.
     """
-    t = np.sort(np.asarray(arrivals_s, dtype=float))
+    t = np.asarray(arrivals_s, dtype=float)
     gaps = np.diff(t)
+    if np.any(gaps < 0):
+        t = np.sort(t)
+        gaps = np.diff(t)
     if gaps.size < 2:
         return ArrivalFit(int(t.size), None, 0.0, False, None, None, None)
     tie = max(resolution_s or 0.0, 1e-12) * 0.5
@@ -108,13 +111,16 @@ def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> A
     quantum = float(np.median(positive)) if quantized else None
     cv = float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else None
     poisson = poisson_test(t, min_bin_s=10 * quantum if quantum else 0.0)
+    # gaps are continuous (nearly all distinct): a seeded draw stands in for them, weighted back to the full count
+    x, w = counts_of(gaps) if gaps.size <= MAX_DISTINCT else counts_of(
+        np.random.default_rng(0).choice(gaps, size=MAX_DISTINCT))
     try:
         # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
-        fit = fit_lengths(gaps, families=INTERARRIVAL_FAMILIES, detect=False,
+        fit = fit_lengths(x, w * (gaps.size / w.sum()), families=INTERARRIVAL_FAMILIES, detect=False,
                           floor=max(resolution_s or 0.0, tie) if ties else None)
     except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
         fit = None
-    gap_quantiles = {k: float(np.quantile(gaps, q)) for k, q in QUANTILES.items()}
+    gap_quantiles = dict(zip(QUANTILES, map(float, np.quantile(gaps, list(QUANTILES.values()))), strict=True))
     return ArrivalFit(int(t.size), cv, ties, quantized, quantum, poisson, fit, gap_quantiles)
 
 

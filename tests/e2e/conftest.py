@@ -35,8 +35,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
+def start_server(tmp_path_factory):
     """A real Streamlit server on a fresh store, as `make run` starts it."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
@@ -57,6 +56,21 @@ def server(tmp_path_factory):
     else:
         proc.kill()
         pytest.fail("streamlit did not become healthy:\n" + log.read_text())
+    return proc, url
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    proc, url = start_server(tmp_path_factory)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture
+def fresh_server(tmp_path_factory):
+    """A server nobody has visited yet: its first request is the one under test."""
+    proc, url = start_server(tmp_path_factory)
     yield url
     proc.terminate()
     proc.wait(timeout=20)

@@ -37,3 +37,24 @@ def test_upload_ingest_and_share_a_link(page, server):
     page.wait_for_selector(IDLE, timeout=60_000)
     expect(metric(page, "Requests")).to_have_text("3", timeout=60_000)
     expect(metric(page, "Failed")).to_have_text("1")
+
+
+def test_a_shared_workload_link_reproduces_the_view_on_a_fresh_server(page, fresh_server):
+    # the first request a server ever sees is a deep link: it must still go through app.py's frame
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(fresh_server + "/workload?trace=sample_chat&field=output_tokens&cap=512")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(metric(page, "Cap")).to_have_text("512", timeout=60_000)
+    expect(page.get_by_test_id("stSidebarNav")).not_to_contain_text("shared")   # not the legacy pages/ listing
+    expect(page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg")
+           .first).to_be_visible(timeout=60_000)
+    page.get_by_role("tab", name="Arrivals").click()
+    expect(metric(page, "Poisson?")).to_have_text("rejected", timeout=60_000)
+    page.wait_for_function("() => window.location.search.includes('view=Arrivals')", timeout=30_000)
+    # back on Lengths, the controls kept their values while the tab was closed, and the URL carries them again
+    page.get_by_role("tab", name="Lengths").click()
+    expect(metric(page, "Cap")).to_have_text("512", timeout=60_000)
+    page.wait_for_function("() => window.location.search.includes('cap=512')", timeout=30_000)
+    assert "field=output_tokens" in page.url
+    assert not errors, errors
