@@ -140,3 +140,24 @@ def test_workload_latency_view_names_the_driver_bucket(app):
     assert list(table_with(app, "tail_lift")["bucket"]) == ["0–1000", "1000+"]
     app.text_input(key="buckets").set_value("abc").run()
     assert "expected comma-separated numbers" in app.error[0].value
+
+
+@pytest.mark.parametrize("view, message", [("Arrivals", "no timestamps"), ("Latency", "no TTFT")])
+def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, message):
+    from planner import store
+    from planner.ingest import ingest_file
+
+    db = tmp_path / "lo.duckdb"
+    con = store.open_store(db)
+    path = tmp_path / "lengths.csv"
+    path.write_text("input_tokens,output_tokens\n" + "".join(f"{10 + i * 7},{3 + i % 11}\n" for i in range(40)))
+    ingest_file(con, path)
+    con.close()
+    monkeypatch.setenv("PLANNER_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["trace"] = "lengths"
+    at.query_params["view"] = view
+    at.run()
+    at.switch_page("pages/workload.py").run()
+    assert not at.exception
+    assert message in at.info[0].value
