@@ -27,6 +27,7 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/ingest.py
 	$(PY) bench/fit.py
+	$(PY) bench/memory_vs_vllm.py
 
 sample: $(STAMP)
 	$(PY) traces/generate_sample.py

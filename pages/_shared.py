@@ -72,3 +72,9 @@ def length_fit(trace_id: str, field: str, cap: float | None, detect: bool):
 def rate_table(trace_id: str):
     """Rate per 1 s, 10 s and 60 s bin (peak envelope for long traces)."""
     return charts.rate_table(workload.arrival_times(connection(), trace_id))
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading request lengths…")
+def request_lengths(trace_id: str):
+    """Input and output tokens of the trace's non-failed requests."""
+    return workload.request_lengths(connection(), trace_id)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from planner import store
@@ -117,6 +118,48 @@ def cmd_workload(args) -> None:
     _emit(args, obj, json.dumps(_clean(obj), indent=2))
 
 
+def cmd_memory(args) -> None:
+    from planner.capacity_report import memory_report
+    from planner.hardware import get_gpu
+    from planner.memory import Overheads
+    from planner.model_catalog import get_model
+    from planner.vllm_log import fit_overheads, parse_log
+
+    model, gpu = get_model(args.model), get_gpu(args.gpu)
+    overheads = Overheads(cudagraph_counted=args.cudagraphs == "counted")
+    if args.vllm_log:
+        parsed = parse_log(open(args.vllm_log, encoding="utf-8", errors="replace").read())
+        if parsed.total_bytes:
+            gpu = replace(gpu, memory_bytes=parsed.total_bytes)
+        overheads = fit_overheads(parsed, math.ceil(gpu.memory_bytes * args.gpu_mem_util))
+    lengths = None
+    if args.trace:
+        from planner.workload import request_lengths
+
+        con = store.open_store(args.db)
+        lengths = request_lengths(con, store.get_trace(con, args.trace).trace_id)
+    fit = None
+    if args.fit:
+        count, _, tokens = args.fit.partition("x")
+        try:
+            fit = (int(count), int(tokens))
+        except ValueError as exc:
+            raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
+    obj = memory_report(model, gpu, tp=args.tp, gpu_memory_utilization=args.gpu_mem_util,
+                        kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+                        block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
+                        max_num_seqs=args.max_num_seqs, num_gpu_blocks=args.num_gpu_blocks,
+                        weight_dtype=args.weight_dtype or model.weight_dtype, overheads=overheads, lengths=lengths,
+                        fit=fit)
+    gib = 1024**3
+    human = (f"{model.name} on {args.tp}x {gpu.label}: {obj['param_count'] / 1e9:.2f}B params, weights "
+             f"{obj['weights_bytes'] / gib:.1f} GiB; KV {obj['kv_bytes_per_token']:,} B/token "
+             f"({obj['kv_bytes_per_token_per_gpu']:,} per GPU); pool {obj['kv_pool_bytes'] / gib:.2f} GiB = "
+             f"{obj['num_blocks']:,} blocks = {obj['kv_capacity_tokens']:,} tokens per GPU; maximum concurrency "
+             f"{obj['max_concurrency']:.2f}x for {obj['plan']['max_model_len']:,} tokens per request")
+    _emit(args, obj, human)
+
+
 def cmd_rejects(args) -> None:
     con = store.open_store(args.db)
     info = store.get_trace(con, args.trace)
@@ -175,6 +218,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=float, help="time-window width in seconds (default: 6-24 windows)")
     p.add_argument("--buckets", help="length bucket edges, comma-separated (default 512,2048)")
     p.set_defaults(func=cmd_workload)
+
+    p = command("memory", "KV bytes per token, vLLM's memory budget, KV capacity and maximum concurrency")
+    p.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
+    p.add_argument("--gpu", required=True, help="GPU preset (a100-80gb-sxm, h100-sxm, …)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--gpu-mem-util", type=float, default=0.9, help="vLLM --gpu-memory-utilization")
+    p.add_argument("--kv-cache-dtype", default="auto", help="auto (model dtype) or fp8")
+    p.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, help="default: vLLM serve's for the GPU")
+    p.add_argument("--max-num-seqs", type=int, help="default: vLLM serve's for the GPU")
+    p.add_argument("--num-gpu-blocks", type=int, help="override the computed block count")
+    p.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "int8", "int4"),
+                   help="default: the model's own (DeepSeek-V3 fp8, others bf16)")
+    p.add_argument("--cudagraphs", choices=("counted", "outside"), default="counted",
+                   help="CUDA-graph memory inside the KV budget (vLLM >= 0.21, default) or outside it (earlier)")
+    p.add_argument("--vllm-log", help="a vLLM startup log: fit the overheads to it")
+    p.add_argument("--trace", help="add this trace's concurrency, reservation trade-off, padding, preemption")
+    p.add_argument("--fit", help="SEQUENCESxTOKENS: smallest TP that holds the model with room for them")
+    p.set_defaults(func=cmd_memory)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")

@@ -41,6 +41,13 @@ def length_counts(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str) -> tu
     return np.asarray(x, dtype=float), np.asarray(w, dtype=float)
 
 
+def request_lengths(con: duckdb.DuckDBPyConnection, trace_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """Input and output tokens of every non-failed request, in arrival order."""
+    frame = con.cursor().sql(f"SELECT input_tokens, output_tokens FROM {store.requests_view(trace_id)} "
+                             f"WHERE NOT failed ORDER BY arrival NULLS LAST, \"row\"").pl()
+    return frame["input_tokens"].to_numpy().astype(float), frame["output_tokens"].to_numpy().astype(float)
+
+
 def arrival_times(con: duckdb.DuckDBPyConnection, trace_id: str) -> np.ndarray:
     """Arrival times (s from the first request) of every stored request, failed ones included, ascending."""
     rel = con.cursor().sql(f"SELECT arrival FROM {store.requests_view(trace_id)} "

@@ -58,3 +58,17 @@ def test_a_shared_workload_link_reproduces_the_view_on_a_fresh_server(page, fres
     page.wait_for_function("() => window.location.search.includes('cap=512')", timeout=30_000)
     assert "field=output_tokens" in page.url
     assert not errors, errors
+
+
+def test_memory_page_link_reproduces_the_scenario(page, server):
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(server + "/memory?model=llama-3-70b&tp=4&max_len=8192")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(metric(page, "KV per token")).to_have_text("320 KiB", timeout=60_000)
+    expect(metric(page, "Max concurrency")).to_contain_text("x")
+    expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
+    page.get_by_role("tab", name="Reservation policies").click()
+    page.wait_for_function("() => window.location.search.includes('memory_view=')", timeout=30_000)
+    expect(page.get_by_text("seed 002's procedure")).to_be_visible(timeout=60_000)
+    assert not errors, errors

@@ -1,0 +1,61 @@
+"""The serving scenario every capacity page shares: model, GPU, TP and vLLM's memory flags, bound to the URL."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from planner.errors import PlannerError
+from planner.hardware import GPUS
+from planner.model_catalog import get_model, load_config, preset_names
+from planner.models import WEIGHT_BYTES
+
+URL = {"bind": "query-params", "persist_state": "page"}
+UPLOADED = "uploaded config.json"
+
+
+def model_choice():
+    """A preset or an uploaded Hugging Face config.json (its spec kept in the session)."""
+    names = preset_names() + [UPLOADED]
+    choice = st.selectbox("Model", names, key="model", **URL,
+                          help="A preset, or upload any Hugging Face config.json (llama, mistral, mixtral, qwen2, "
+                               "qwen3, gemma2, falcon, opt, gpt_neox, deepseek_v3)")
+    if choice != UPLOADED:
+        return get_model(choice)
+    upload = st.file_uploader("config.json", type=["json"], key="model_config")
+    if upload is None:
+        st.info("Upload a config.json to size a model of your own.")
+        st.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(upload.name).stem / "config.json"
+        path.parent.mkdir()
+        path.write_bytes(upload.getvalue())
+        try:
+            return load_config(path)
+        except (PlannerError, json.JSONDecodeError) as exc:
+            st.error(str(exc))
+            st.stop()
+
+
+def scenario() -> dict:
+    """Model, GPU and vLLM memory settings from the widgets (defaults are vLLM's own)."""
+    c = st.columns(4)
+    with c[0]:
+        model = model_choice()
+    gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", format_func=lambda n: GPUS[n].label, **URL)
+    tp = c[2].selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tp", **URL,
+                        help="GPUs per replica; KV heads split across them, replicated beyond their number")
+    util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **URL,
+                             help="Fraction of the memory CUDA reports that vLLM may use")
+    c = st.columns(4)
+    max_len = c[0].number_input("max_model_len", 0, 10_000_000, 0, 1024, key="max_len", **URL,
+                                help="0: the model's max_position_embeddings")
+    kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **URL)
+    weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **URL)
+    block = c[3].selectbox("Block size", [16, 32, 64], key="block", **URL)
+    return {"model": model, "gpu": GPUS[gpu_name], "tp": int(tp), "gpu_memory_utilization": float(util),
+            "max_model_len": int(max_len) or None, "kv_cache_dtype": kv_dtype, "block_size": int(block),
+            "weight_dtype": model.weight_dtype if weight_dtype == "model default" else weight_dtype}

@@ -1,0 +1,84 @@
+"""GPU catalog: the memory CUDA reports, bandwidths, peak FLOPs, interconnects, power and an editable price.
+
+``memory_bytes`` is what ``torch.cuda.mem_get_info`` / vLLM's "total_gpu_memory" report, not the marketing figure:
+vLLM's ``gpu_memory_utilization`` multiplies this number. Figures are dense (no sparsity); sources are in
+``../shared/reference/performance-models.md`` §1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.errors import PlannerError
+
+GiB = 1024**3
+GB = 10**9
+TB = 10**12
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator SKU."""
+
+    name: str                      # CLI preset name, as ../shared/CONTRACT.md spells it
+    label: str
+    memory_bytes: int              # total memory as CUDA reports it (vLLM's total_gpu_memory)
+    nominal_memory_gb: float       # the marketing figure, for labels only
+    hbm_bw_bytes_s: float          # peak memory bandwidth
+    bf16_flops: float              # dense BF16/FP16 tensor FLOP/s
+    fp8_flops: float | None        # dense FP8 (or INT8 where FP8 is absent) ops/s
+    gpu_link_bytes_s: float        # GPU-to-GPU bandwidth per direction (NVLink/xGMI, else PCIe)
+    pcie_bytes_s: float            # host link per direction (swap / offload)
+    power_w: float | None
+    price_per_hour: float          # USD per GPU-hour, editable
+    vllm_large_defaults: bool      # vLLM serve picks 8192 batched tokens / 1024 seqs (>= 70 GiB and not A100)
+    help: str = ""
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GiB
+
+    def with_price(self, price_per_hour: float) -> GPU:
+        """The same GPU at another hourly price."""
+        return replace(self, price_per_hour=float(price_per_hour))
+
+
+def _gib(value: float) -> int:
+    return int(round(value * GiB))
+
+
+_PCIE4 = 32 * GB / 1.0 * 0.8     # PCIe Gen4 x16: 32 GB/s per direction nominal, ~25.6 GB/s achieved
+_PCIE5 = 64 * GB * 0.8
+
+GPUS: dict[str, GPU] = {g.name: g for g in (
+    GPU("a100-80gb-sxm", "A100 80GB SXM4", _gib(79.15), 80, 2039 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
+        1.9, False, "Ampere, HBM2e 2,039 GB/s, NVLink3 600 GB/s total; CUDA reports ≈ 79.14-79.15 GiB"),
+    GPU("a100-40gb-sxm", "A100 40GB SXM4", _gib(39.50), 40, 1555 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
+        1.3, False, "Ampere, HBM2 1,555 GB/s, NVLink3; CUDA reports ≈ 39.50 GiB (vllm#12330)"),
+    GPU("a100-80gb-pcie", "A100 80GB PCIe", _gib(79.15), 80, 1935 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4, 300,
+        1.7, False, "Ampere, HBM2e 1,935 GB/s, PCIe Gen4 (optional 2-GPU NVLink bridge); ≈ 79.15 GiB"),
+    GPU("a100-40gb-pcie", "A100 40GB PCIe", _gib(39.42), 40, 1555 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4, 250,
+        1.1, False, "Ampere, HBM2 1,555 GB/s, PCIe Gen4; ≈ 39.4 GiB"),
+    GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
+        2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)"),
+    GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5, 350,
+        2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5"),
+    GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
+        3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB"),
+    GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4, 350,
+        1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)"),
+    GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4, 72,
+        0.5, False, "Ada, GDDR6 300 GB/s, 72 W (datasheet figures, unverified)"),
+    GPU("a10g", "A10G 24GB", _gib(22.07), 24, 600 * GB, 70 * TB, 140 * TB, _PCIE4, _PCIE4, 300,
+        0.75, False, "Ampere (AWS g5), GDDR6 600 GB/s"),
+    GPU("mi300x", "MI300X 192GB", _gib(191.98), 192, 5300 * GB, 1307 * TB, 2615 * TB, 64 * GB, _PCIE5, 750,
+        3.5, True, "CDNA3, HBM3 5,300 GB/s, Infinity Fabric"),
+)}
+
+
+def get_gpu(name: str) -> GPU:
+    """A catalog GPU by preset name (case-insensitive)."""
+    key = name.strip().lower()
+    if key not in GPUS:
+        raise PlannerError(f"unknown GPU {name!r}: expected one of {', '.join(GPUS)}")
+    return GPUS[key]

@@ -1,0 +1,165 @@
+"""Model catalog: architectures as frozen dataclasses, read from presets or any Hugging Face ``config.json``.
+
+The parameter count is computed term by term from the architecture (embeddings, an untied LM head, attention
+with its biases, gated or plain MLPs, MoE experts and routers, norms), so an uploaded config gets the same
+treatment as a preset; tests hold the presets within 0.5% of the published counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.errors import PlannerError
+
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "falcon", "opt", "gpt_neox",
+            "deepseek_v3")
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek V2/V3): the KV cache holds one latent per token per layer."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Mixture of experts: routed experts (plus shared ones) replace the dense MLP on some layers."""
+
+    experts: int
+    experts_per_token: int
+    expert_intermediate: int
+    shared_experts: int = 0
+    first_dense_layers: int = 0      # DeepSeek: the first k layers keep a dense MLP
+    router_bias: bool = False        # DeepSeek-V3's e_score_correction_bias
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the memory math needs to know about a decoder-only transformer."""
+
+    name: str
+    hf_id: str
+    family: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    max_position: int
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    gated_mlp: bool = True
+    norm: str = "rms"                 # "rms" (weight) or "layer" (weight + bias)
+    norms_per_layer: int = 2
+    qk_norm: bool = False             # Qwen3: RMSNorm over q and k per head
+    learned_positions: int = 0        # OPT: learned position embeddings (max_position + 2 rows)
+    sliding_window: int | None = None
+    sliding_layers: int = 0           # how many layers use the window
+    mla: MLA | None = None
+    moe: MoE | None = None
+    mtp_layers: int = 0               # DeepSeek multi-token-prediction layers (not counted in the main model)
+    published_params: int | None = None
+    weight_dtype: str = "bf16"        # as published: DeepSeek-V3 ships FP8 weights
+    help: str = field(default="", compare=False)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+
+def _norm_params(spec: ModelSpec, width: int) -> int:
+    return width * (2 if spec.norm == "layer" else 1)
+
+
+def _attention_params(spec: ModelSpec) -> int:
+    h = spec.hidden
+    if spec.mla:
+        m = spec.mla
+        q_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * spec.heads * q_head) if m.q_lora_rank \
+            else h * spec.heads * q_head
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank \
+            + m.kv_lora_rank * spec.heads * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + spec.heads * m.v_head_dim * h
+    q_dim, kv_dim = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    params = h * (q_dim + 2 * kv_dim) + q_dim * h
+    if spec.qkv_bias:
+        params += q_dim + 2 * kv_dim
+    if spec.out_bias:
+        params += h
+    return params
+
+
+def _mlp_params(spec: ModelSpec, intermediate: int) -> int:
+    h = spec.hidden
+    if spec.gated_mlp:
+        return 3 * h * intermediate + (2 * intermediate + h if spec.mlp_bias else 0)
+    return 2 * h * intermediate + (intermediate + h if spec.mlp_bias else 0)
+
+
+def _moe_layer_params(spec: ModelSpec) -> int:
+    moe = spec.moe
+    router = spec.hidden * moe.experts + (moe.experts if moe.router_bias else 0)
+    return router + (moe.experts + moe.shared_experts) * _mlp_params(spec, moe.expert_intermediate)
+
+
+def param_count(spec: ModelSpec, include_mtp: bool = False) -> int:
+    """Parameters of one replica, from the architecture.
+
+    Parameters
+    ----------
+    include_mtp : bool
+        Add DeepSeek's multi-token-prediction layers (each a full layer plus its projection and norms).
+    """
+    h = spec.hidden
+    embeddings = spec.vocab * h + (spec.learned_positions * h)
+    head = 0 if spec.tied_embeddings else spec.vocab * h
+    dense_layers = spec.layers if spec.moe is None else spec.moe.first_dense_layers
+    moe_layers = spec.layers - dense_layers
+    per_layer_common = _attention_params(spec) + spec.norms_per_layer * _norm_params(spec, h) \
+        + spec.qk_norm * 2 * spec.head_dim
+    total = embeddings + head + _norm_params(spec, h) + spec.layers * per_layer_common
+    total += dense_layers * _mlp_params(spec, spec.intermediate)
+    if moe_layers:
+        total += moe_layers * _moe_layer_params(spec)
+    if include_mtp and spec.mtp_layers:
+        # as the checkpoint stores it: a full layer, the 2h -> h projection, three norms, and its own copies of
+        # the embedding and output head
+        mtp_layer = per_layer_common + (_moe_layer_params(spec) if spec.moe else _mlp_params(spec, spec.intermediate))
+        total += spec.mtp_layers * (mtp_layer + 2 * h * h + 3 * _norm_params(spec, h) + 2 * spec.vocab * h)
+    return int(total)
+
+
+def active_param_count(spec: ModelSpec) -> int:
+    """Parameters touched per token (MoE: only the routed experts a token visits)."""
+    if spec.moe is None:
+        return param_count(spec)
+    moe = spec.moe
+    idle = (moe.experts - moe.experts_per_token) * _mlp_params(spec, moe.expert_intermediate)
+    return param_count(spec) - (spec.layers - moe.first_dense_layers) * idle
+
+
+def weights_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> int:
+    """Bytes of the weights of one replica.
+
+    Quantized checkpoints (fp8, int8, 4-bit) keep the embedding and the output head in 16 bits, as vLLM loads
+    them; 4-bit formats add an fp16 scale per 128-weight group.
+    """
+    if weight_dtype not in WEIGHT_BYTES:
+        raise PlannerError(f"unknown weight dtype {weight_dtype!r}: expected one of {', '.join(WEIGHT_BYTES)}")
+    params = param_count(spec)
+    per_param = WEIGHT_BYTES[weight_dtype] + (2.0 / 128 if weight_dtype == "int4" else 0.0)
+    if per_param >= 2:
+        return int(params * per_param)
+    sixteen_bit = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
+    return int((params - sixteen_bit) * per_param + sixteen_bit * 2)

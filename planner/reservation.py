@@ -1,0 +1,131 @@
+"""KV reservation policies of real engines, and the seed article's page formula as a labelled alternative.
+
+Each policy says how many KV tokens a request holds at its peak, given its prompt, its actual output and the
+``max_new_tokens`` it was sent with (engines.md §7). vLLM reserves nothing ahead: it allocates blocks as tokens
+are computed and preempts when they run out, so its peak is the request's final length. A new policy is one
+``Policy`` entry in :data:`POLICIES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+
+def _blocks(tokens: np.ndarray, block: int) -> np.ndarray:
+    return np.ceil(np.asarray(tokens, dtype=float) / block) * block
+
+
+@dataclass(frozen=True)
+class Policy:
+    """``peak_tokens(prompt, output, max_new) -> tokens held at the request's peak`` (arrays broadcast)."""
+
+    name: str
+    label: str
+    peak_tokens: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+    help: str
+    preempts: bool        # lazy growth that can run out (True) or a reservation that guarantees completion
+
+
+def _vllm(prompt, output, max_new):
+    return _blocks(prompt + np.minimum(output, max_new), 16)
+
+
+def _tgi(prompt, output, max_new):
+    # input + min(max_new, 1024); a longer output is re-queued per 1,024-token chunk with what it generated so far
+    generated = np.minimum(output, max_new)
+    chunks = np.maximum(1, np.ceil(generated / 1024))
+    return _blocks(prompt + np.minimum(max_new, chunks * 1024), 16)
+
+
+def _trtllm(prompt, output, max_new):
+    return _blocks(prompt + np.broadcast_to(max_new, np.shape(prompt)), 32)
+
+
+def _sglang(prompt, output, max_new):
+    return prompt + np.minimum(max_new, 4096)
+
+
+def _seed(prompt, output, max_new):
+    return np.broadcast_to(_blocks(np.asarray(max_new, dtype=float), 16), np.shape(prompt)).astype(float)
+
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("vllm", "vLLM V0/V1 (lazy)", _vllm,
+           "No reservation: blocks of 16 tokens are allocated as tokens are computed; when none is free the most "
+           "recently admitted request is preempted (recompute). max_new_tokens only truncates output.", True),
+    Policy("tgi", "TGI ≥ 3.1.1", _tgi,
+           "Reserves input + min(max_new_tokens, 1024) at admission; longer outputs are re-queued per 1,024-token "
+           "chunk. Never preempts: requests wait instead.", False),
+    Policy("trtllm", "TensorRT-LLM GUARANTEED_NO_EVICT", _trtllm,
+           "Reserves ceil((prompt + max_new_tokens) / 32) blocks of 32 tokens up front; a started request is never "
+           "paused.", False),
+    Policy("sglang", "SGLang (at admission)", _sglang,
+           "Admits a request against input + min(max_new_tokens, 4096); running requests then count only "
+           "remaining × new_token_ratio (0.7 decaying to 0.098), retracting when decode runs out.", True),
+    Policy("seed", "Seed article's page formula (not a real engine)", _seed,
+           "ceil(max_new_tokens / 16) pages per request, prompt ignored: the arithmetic of seed 002, which claims "
+           "vLLM works this way. vLLM does not reserve for max_new_tokens.", False),
+)}
+
+
+def get_policy(name: str) -> Policy:
+    if name not in POLICIES:
+        raise PlannerError(f"unknown reservation policy {name!r}: expected one of {', '.join(POLICIES)}")
+    return POLICIES[name]
+
+
+def seed_concurrency(pool_pages: int, max_new_tokens: int, block_size: int = 16) -> int:
+    """The seed's ceiling: ``pool_pages // ceil(max_new_tokens / block_size)`` (1,000 pages, 128 → 125)."""
+    return int(pool_pages // -(-max_new_tokens // block_size))
+
+
+def concurrency_ceiling(policy: Policy, pool_tokens: int, prompt: np.ndarray, output: np.ndarray,
+                        max_new: float) -> float:
+    """How many of this trace's requests fit at once: the pool over the mean peak a request holds."""
+    peak = float(np.mean(policy.peak_tokens(np.asarray(prompt, float), np.asarray(output, float), max_new)))
+    return pool_tokens / peak if peak > 0 else float("inf")
+
+
+def exceed_share(output: np.ndarray, max_new: float) -> float:
+    """Share of requests whose output is longer than ``max_new_tokens`` (truncated, or preempted under a
+    reservation sized to it)."""
+    return float(np.mean(np.asarray(output) > max_new))
+
+
+def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray,
+                   max_new_grid: np.ndarray | None = None) -> list[dict]:
+    """For each policy and ``max_new_tokens``: concurrency ceiling, reserved over used KV, share exceeding.
+
+    ``used`` is what a request really holds at its end (prompt + output within ``max_new_tokens``): the
+    over-reservation factor is mean peak held over mean used.
+    """
+    prompt, output = np.asarray(prompt, float), np.asarray(output, float)
+    if max_new_grid is None:
+        top = max(2048.0, float(np.max(output)) * 1.5)
+        max_new_grid = np.unique(np.round(np.geomspace(16, top, 24)))
+    rows = []
+    for value in max_new_grid:
+        used = float(np.mean(prompt + np.minimum(output, value)))
+        share = exceed_share(output, value)
+        for policy in POLICIES.values():
+            peak = float(np.mean(policy.peak_tokens(prompt, output, value)))
+            rows.append({"policy": policy.name, "label": policy.label, "max_new_tokens": float(value),
+                         "concurrency": pool_tokens / peak if peak else None, "reserved_tokens": peak,
+                         "used_tokens": used, "over_reservation": peak / used if used else None,
+                         "exceed_share": share})
+    return rows
+
+
+def percentile_settings(output: np.ndarray, percentiles=(90, 95, 99)) -> list[dict]:
+    """The seed's procedure: ``max_new_tokens`` at the p90/p95/p99 of measured outputs, and what each cuts."""
+    output = np.asarray(output, float)
+    rows = []
+    for p in percentiles:
+        value = float(np.ceil(np.percentile(output, p)))
+        rows.append({"percentile": p, "max_new_tokens": value, "exceed_share": exceed_share(output, value)})
+    return rows

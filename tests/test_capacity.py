@@ -1,0 +1,136 @@
+"""Reservation policies, padding, fit check, preemption cost, trace concurrency and the vLLM log reader."""
+
+import numpy as np
+import pytest
+
+from planner.capacity import (PreemptionCosts, expected_useful_fraction, fit_check, preemption_cost,
+                              trace_concurrency, useful_fraction)
+from planner.hardware import GiB, get_gpu
+from planner.memory import plan_memory
+from planner.model_catalog import get_model
+from planner.reservation import (POLICIES, concurrency_ceiling, exceed_share, percentile_settings,
+                                 seed_concurrency, tradeoff_table)
+from planner.vllm_log import fit_overheads, parse_log
+
+V019_LOG = """\
+(EngineCore pid=243) DEBUG 04-22 01:47:26 [v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB
+(EngineCore pid=243) INFO 04-22 01:47:37 [v1/worker/gpu_model_runner.py:4820] Model loading took 14.99 GiB memory and 9.803794 seconds
+(EngineCore pid=243) INFO 04-22 01:47:55 [v1/worker/gpu_model_runner.py:5955] Estimated CUDA graph memory: 0.84 GiB total
+(EngineCore pid=243) DEBUG 04-22 01:47:55 [v1/worker/gpu_worker.py:424] Initial free memory: 78.68 GiB; Requested memory: 0.950000 (util), 75.23 GiB
+(EngineCore pid=243) DEBUG 04-22 01:47:55 [v1/worker/gpu_worker.py:435] Memory profiling takes 18.17 seconds. Total non KV cache memory: 17.12GiB; torch peak memory increase: 1.89GiB; non-torch forward increase memory: 0.25GiB; weights memory: 14.99GiB.
+(EngineCore pid=243) INFO 04-22 01:47:55 [v1/worker/gpu_worker.py:436] Available KV cache memory: 58.11 GiB
+(EngineCore pid=243) INFO 04-22 01:47:55 [v1/core/kv_cache_utils.py:1319] GPU KV cache size: 476,016 tokens
+(EngineCore pid=243) INFO 04-22 01:47:55 [v1/core/kv_cache_utils.py:1324] Maximum concurrency for 16,384 tokens per request: 29.05x
+"""  # noqa: E501  (llm-d-planner's published vLLM v0.19.0 log, Llama-3.1-8B-Instruct on an H100)
+
+V0_LOG = ("INFO 01-22 worker.py:266] Memory profiling takes 5.1 seconds\n"
+          "INFO worker.py:266] the current vLLM instance can use total_gpu_memory (79.14GiB) x "
+          "gpu_memory_utilization (0.90) = 71.23GiB\nINFO worker.py:266] model weights take 14.99GiB; "
+          "non_torch_memory takes 0.12GiB; PyTorch activation peak memory takes 1.19GiB; the rest of the memory "
+          "reserved for KV Cache is 54.93GiB.\nINFO executor_base.py:108] # CUDA blocks: 28123, # CPU blocks: 2048\n")
+
+
+def test_seed_page_formula_reproduces_its_table():
+    # seed 002: 1,000 pages of 16 tokens -> ~125 / 31 / 7 concurrent requests at max_new_tokens 128 / 512 / 2048
+    assert [seed_concurrency(1000, m) for m in (128, 512, 2048)] == [125, 31, 7]
+    prompts, outputs = np.full(50, 300.0), np.full(50, 20.0)
+    for max_new, expected in ((128, 125), (512, 31), (2048, 7)):
+        ceiling = concurrency_ceiling(POLICIES["seed"], 16_000, prompts, outputs, max_new)
+        assert int(ceiling) == expected
+
+
+def test_engine_reservations_follow_their_rules():
+    prompt, output = np.array([100.0, 2000.0]), np.array([50.0, 3000.0])
+    assert list(POLICIES["vllm"].peak_tokens(prompt, output, 4096)) == [160.0, 5008.0]      # lazy: final length
+    assert list(POLICIES["trtllm"].peak_tokens(prompt, output, 512)) == [640.0, 2528.0]     # prompt + max, 32s
+    assert list(POLICIES["tgi"].peak_tokens(prompt, output, 4096)) == [1136.0, 5072.0]      # 1024-token chunks
+    assert list(POLICIES["sglang"].peak_tokens(prompt, output, 8192)) == [4196.0, 6096.0]   # min(max_new, 4096)
+
+
+def test_tradeoff_properties():
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(10, 2000, 500).astype(float)
+    output = np.minimum(rng.lognormal(5, 1, 500).round() + 1, 4000)
+    rows = tradeoff_table(400_000, prompt, output)
+    for policy in POLICIES:
+        series = [r for r in rows if r["policy"] == policy]
+        ceilings = [r["concurrency"] for r in series]
+        assert ceilings == sorted(ceilings, reverse=True), policy         # larger max_new never fits more
+        if policy != "seed":                                              # the seed ignores the prompt
+            assert all(r["over_reservation"] >= 1 - 1e-9 for r in series)
+    vllm = [r for r in rows if r["policy"] == "vllm"]
+    assert all(r["over_reservation"] < 1.02 for r in vllm)                # only block rounding
+    shares = [r["exceed_share"] for r in vllm]
+    assert shares == sorted(shares, reverse=True)
+    settings = percentile_settings(output)
+    assert [s["percentile"] for s in settings] == [90, 95, 99]
+    for s, p in zip(settings, (0.10, 0.05, 0.01), strict=True):
+        assert s["exceed_share"] <= p
+        assert exceed_share(output, s["max_new_tokens"] - 1) >= s["exceed_share"]
+
+
+def test_padding_worked_example_and_expectation():
+    # seed 003: 32 requests from 128 to 1,280 tokens, 22,400 real tokens -> 22,400 / 40,960 = 54.7% useful
+    lengths = np.full(32, 700.0)
+    lengths[0], lengths[1] = 128.0, 1280.0
+    lengths[2] = 700 + (700 - 128) + (700 - 1280)
+    assert lengths.sum() == 22_400 and useful_fraction(lengths) == pytest.approx(0.546875)
+    assert useful_fraction(np.full(8, 300.0)) == 1.0
+    rng_lengths = np.random.default_rng(1).lognormal(6, 1, 5000)
+    means = [expected_useful_fraction(rng_lengths, b)["mean"] for b in (1, 4, 16, 64)]
+    assert means[0] == 1.0 and means == sorted(means, reverse=True)
+
+
+def test_fit_check_explains_the_seeds_70b_on_two_a100s():
+    check = fit_check(get_model("llama-3-70b"), get_gpu("a100-80gb-sxm"), sequences=32, tokens=4096)
+    assert check.tp == 4
+    by_tp = {t["tp"]: t for t in check.tried}
+    assert "no room for KV" in by_tp[1]["reason"]
+    assert by_tp[2]["sequences_fit"] < 32 and "short of 32" in by_tp[2]["reason"]
+    assert by_tp[4]["sequences_fit"] >= 100          # the seed's ≈116 at 4K on 4 GPUs, less vLLM's overheads
+
+
+def test_trace_concurrency_uses_whole_blocks_and_names_the_binding_limit():
+    plan = plan_memory(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), num_gpu_blocks=1000)
+    got = trace_concurrency(plan, np.array([1.0, 16.0, 17.0, 31.0]))
+    assert got["concurrency_at_mean"] == pytest.approx(16_000 / np.mean([16, 16, 32, 32]))
+    assert got["binding"] == "max_num_seqs"          # 666 fit by KV, but only 256 sequences are scheduled
+
+
+def test_preemption_crossover_is_computed_from_the_costs():
+    model, gpu = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+    lengths = np.arange(16, 65_536 + 1, 16, dtype=float)
+    cost = preemption_cost(model, gpu, lengths)
+    assert np.all(np.diff(cost["recompute_s"]) > 0) and np.all(np.diff(cost["swap_s"]) > 0)
+    # swap is linear in length; recompute gains a quadratic attention term: their ratio moves monotonically
+    ratio = cost["recompute_s"] / cost["swap_s"]
+    assert np.all(np.diff(ratio) > 0)
+    slow_pcie = preemption_cost(model, get_gpu("a100-80gb-pcie"), lengths, costs=PreemptionCosts(pcie_efficiency=0.25))
+    crossing = slow_pcie["crossover_tokens"]
+    assert crossing is not None and 16 < crossing < 65_536 and slow_pcie["swap_cheaper_above"]
+    i = int(np.searchsorted(lengths, crossing))
+    assert slow_pcie["recompute_s"][i - 1] <= slow_pcie["swap_s"][i - 1]
+    assert slow_pcie["recompute_s"][i] > slow_pcie["swap_s"][i]
+
+
+def test_log_reader_reproduces_the_servers_kv_capacity():
+    parsed = parse_log(V019_LOG)
+    assert parsed.total_bytes == round(79.19 * GiB) and parsed.utilization == 0.95
+    assert parsed.kv_tokens == 476_016 and parsed.max_model_len == 16_384 and parsed.max_concurrency == 29.05
+    h100 = get_gpu("h100-sxm")
+    overheads = fit_overheads(parsed, int(np.ceil(parsed.total_bytes * 0.95)))
+    plan = plan_memory(get_model("llama-3-8b"), h100, gpu_memory_utilization=0.95, max_model_len=16384,
+                       overheads=overheads)
+    assert plan.kv_pool_bytes / GiB == pytest.approx(58.11, abs=0.006)
+    assert plan.kv_capacity_tokens == pytest.approx(476_016, rel=1e-3)
+    assert plan.max_concurrency == pytest.approx(29.05, abs=0.01)
+
+
+def test_v0_log_wording():
+    parsed = parse_log(V0_LOG)
+    assert parsed.total_bytes == round(79.14 * GiB) and parsed.activation_bytes == round(1.19 * GiB)
+    assert parsed.num_blocks == 28123 and parsed.kv_pool_bytes == round(54.93 * GiB)
+    overheads = fit_overheads(parsed, int(np.ceil(parsed.total_bytes * 0.9)))
+    assert overheads.non_torch_bytes == round(0.12 * GiB)
+    with pytest.raises(Exception, match="lacks"):
+        fit_overheads(parse_log("nothing useful here"), 10 * GiB)

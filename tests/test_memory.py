@@ -1,0 +1,173 @@
+"""Memory math: the seeds' worked numbers, the reference model table, TP replication, MLA, fp8, vLLM's budget."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from planner.errors import PlannerError
+from planner.hardware import GPUS, GiB, get_gpu
+from planner.memory import (Overheads, kv_bytes_per_token, kv_heads_per_rank, plan_memory,
+                            seed_pool_sequences)
+from planner.model_catalog import from_hf_config, get_model, preset_names
+from planner.models import active_param_count, param_count, weights_bytes
+
+# reference/engines.md §8: KV bytes per token in bf16 over all layers of one replica
+REFERENCE_KV = {"llama-3-8b": 131_072, "llama-3-70b": 327_680, "llama-3.1-405b": 516_096, "mistral-7b": 131_072,
+                "mixtral-8x7b": 131_072, "qwen2.5-7b": 57_344, "qwen2.5-72b": 327_680, "yi-34b": 245_760,
+                "falcon-180b": 163_840, "deepseek-v3": 70_272, "gemma-2-9b": 344_064}
+
+
+@pytest.mark.parametrize("name, expected", REFERENCE_KV.items())
+def test_kv_bytes_per_token_match_the_reference_table(name, expected):
+    assert kv_bytes_per_token(get_model(name)) == expected
+    assert kv_bytes_per_token(get_model(name), "fp8") == expected // 2
+
+
+def test_seed_kv_figures():
+    # seed 003: 2 × 32 × 8 × 128 × 2 B = 131,072 B ≈ 128 KB; 70B: 320 KB
+    assert kv_bytes_per_token(get_model("llama-3-8b")) == 128 * 1024
+    assert kv_bytes_per_token(get_model("llama-3-70b")) == 320 * 1024
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_parameter_counts_within_half_a_percent_of_published(name):
+    model = get_model(name)
+    assert param_count(model) == pytest.approx(model.published_params, rel=0.005)
+
+
+def test_parameter_count_terms():
+    llama = get_model("llama-3-8b")
+    # embeddings + untied head + 32 × (attention 4096·(4096 + 2·1024) + 4096·4096, MLP 3·4096·14336, 2 norms) + norm
+    expected = 2 * 128256 * 4096 + 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    assert param_count(llama) == expected == 8_030_261_248
+    # Qwen2 adds q/k/v biases: 28 layers × (3584 + 2·512)
+    qwen = get_model("qwen2.5-7b")
+    assert param_count(qwen) - param_count(from_hf_config({**_hf("qwen2.5-7b"), "attention_bias": False})) \
+        == 28 * (3584 + 2 * 512)
+    mixtral = get_model("mixtral-8x7b")
+    assert active_param_count(mixtral) == pytest.approx(12.9e9, rel=0.01)
+    assert active_param_count(get_model("deepseek-v3")) == pytest.approx(37.5e9, rel=0.02)
+    assert param_count(get_model("deepseek-v3"), include_mtp=True) == pytest.approx(685e9, rel=0.005)
+
+
+def _hf(name):
+    from planner.model_catalog import _PRESETS
+    return _PRESETS[name][1]
+
+
+def test_weight_bytes_by_dtype():
+    llama = get_model("llama-3-8b")
+    assert weights_bytes(llama, "bf16") == 2 * 8_030_261_248
+    # quantized checkpoints keep the embedding and the untied head in 16 bits
+    sixteen = 2 * 128256 * 4096
+    assert weights_bytes(llama, "fp8") == weights_bytes(llama, "int8") == (8_030_261_248 - sixteen) + 2 * sixteen
+    assert weights_bytes(llama, "int4") == pytest.approx((8_030_261_248 - sixteen) * (0.5 + 2 / 128) + 2 * sixteen,
+                                                         rel=1e-9)
+    assert weights_bytes(llama, "bf16") / GiB == pytest.approx(14.96, abs=0.01)   # vLLM logs 14.99 GiB
+
+
+def test_tp_splits_kv_heads_then_replicates():
+    llama70 = get_model("llama-3-70b")        # 8 KV heads
+    assert [kv_heads_per_rank(llama70, tp) for tp in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
+    assert kv_bytes_per_token(llama70, tp=8) == 327_680 // 8
+    assert kv_bytes_per_token(llama70, tp=16) == 327_680 // 8      # one head per rank, replicated
+
+
+def test_mla_latent_is_held_whole_by_every_rank():
+    ds = get_model("deepseek-v3")
+    assert kv_bytes_per_token(ds) == 576 * 2 * 61
+    assert kv_bytes_per_token(ds, tp=8) == kv_bytes_per_token(ds)
+    assert kv_bytes_per_token(ds, "fp8") == 576 * 61
+
+
+def test_plan_reproduces_the_reference_worked_example():
+    # engines.md §3.3: Llama-3-8B bf16, A100-80GB, util 0.9: ≈ 71.2 GiB requested, ≈ 54 GiB KV, ≈ 444k tokens,
+    # ≈ 27.8k blocks, ≈ 54x at max_model_len 8192
+    plan = plan_memory(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
+    assert plan.requested_bytes / GiB == pytest.approx(71.2, abs=0.05)
+    assert plan.kv_pool_bytes / GiB == pytest.approx(54.5, abs=1.0)
+    assert plan.kv_capacity_tokens == pytest.approx(444_000, rel=0.02)
+    assert plan.num_blocks == pytest.approx(27_800, rel=0.02)
+    assert plan.max_concurrency == pytest.approx(plan.num_blocks / 512)
+    assert plan.max_concurrency == pytest.approx(54, rel=0.03)
+
+
+def test_budget_terms_add_up_and_move_the_right_way():
+    llama, a100 = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+    base = plan_memory(llama, a100)
+    assert base.kv_pool_bytes == (base.requested_bytes - base.weights_bytes_per_gpu - base.activation_bytes
+                                  - base.non_torch_bytes - base.cudagraph_bytes)
+    assert base.num_blocks == base.kv_pool_bytes // (16 * 131_072)
+    outside = plan_memory(llama, a100, overheads=Overheads(cudagraph_counted=False))
+    assert outside.kv_pool_bytes - base.kv_pool_bytes == base.cudagraph_bytes > 0
+    bigger_budget = plan_memory(llama, a100, max_num_batched_tokens=16384)
+    assert bigger_budget.activation_bytes > base.activation_bytes and bigger_budget.num_blocks < base.num_blocks
+    fp8 = plan_memory(llama, a100, kv_cache_dtype="fp8")
+    assert fp8.num_blocks == pytest.approx(2 * base.num_blocks, abs=1)
+    assert plan_memory(llama, a100, num_gpu_blocks=1000).kv_capacity_tokens == 16_000
+    assert plan_memory(llama, get_gpu("h100-sxm")).max_num_batched_tokens == 8192
+    assert base.max_num_batched_tokens == 2048 and base.max_num_seqs == 256
+    utils = [plan_memory(llama, a100, gpu_memory_utilization=u).num_blocks for u in (0.5, 0.7, 0.9, 0.95)]
+    assert utils == sorted(utils)
+    with pytest.raises(PlannerError, match="gpu-mem-util"):
+        plan_memory(llama, a100, gpu_memory_utilization=1.5)
+
+
+def test_sliding_window_concurrency_counts_only_the_window():
+    mistral = get_model("mistral-7b")        # window 4096 on every layer
+    plan = plan_memory(mistral, get_gpu("a100-80gb-sxm"), max_model_len=32768)
+    per_request = math.ceil((4096 - 1 + 2048) / 16) + 1
+    assert plan.blocks_per_max_len_request == per_request
+    assert plan.max_concurrency == pytest.approx(plan.num_blocks / per_request)
+
+
+def test_seed_capacity_arithmetic_brackets_its_quoted_numbers():
+    # seed 003: 80 × 0.9 − 16 = 56 GB → ≈109 sequences at 4K, ≈54 at 8K; 70B on 4 GPUs: 320 × 0.9 − 140 → ≈116.
+    # Its units mix GB and GiB: the quoted figures lie between the decimal and the binary reading of its formula.
+    for total, weights, kv, context, quoted in ((80, 16, 131_072, 4096, 109), (80, 16, 131_072, 8192, 54),
+                                                (320, 140, 327_680, 4096, 116)):
+        low = seed_pool_sequences(total, 0.9, weights, kv, context, binary=False)
+        high = seed_pool_sequences(total, 0.9, weights, kv, context, binary=True)
+        assert low < quoted < high
+    assert seed_pool_sequences(80, 0.9, 16, 131_072, 4096) == pytest.approx(112.0)
+
+
+def test_catalogs_name_what_the_contract_names():
+    assert set(GPUS) >= {"a100-40gb-sxm", "a100-80gb-sxm", "a100-40gb-pcie", "a100-80gb-pcie", "h100-sxm",
+                         "h100-pcie", "h200", "l40s", "l4", "a10g", "mi300x"}
+    assert set(preset_names()) >= {"llama-3-8b", "llama-3-70b", "llama-3.1-405b", "mistral-7b", "mixtral-8x7b",
+                                   "qwen2.5-7b", "qwen2.5-72b", "yi-34b", "falcon-180b", "deepseek-v3",
+                                   "gemma-2-9b", "opt-13b", "opt-66b", "opt-175b"}
+    for name in ("a100-80gb-sxm", "a100-80gb-pcie"):
+        assert 79.1 <= GPUS[name].memory_gib <= 79.2
+    for name in ("a100-40gb-sxm", "a100-40gb-pcie"):
+        assert 39.4 <= GPUS[name].memory_gib <= 39.6
+
+
+def test_config_json_errors_name_the_missing_fields(tmp_path):
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32}))
+    with pytest.raises(PlannerError, match="num_hidden_layers, vocab_size, intermediate_size"):
+        get_model(str(path))
+    path.write_text(json.dumps({"model_type": "bert", "hidden_size": 768}))
+    with pytest.raises(PlannerError, match="'bert' is not supported"):
+        get_model(str(path))
+    with pytest.raises(PlannerError, match="unknown model"):
+        get_model("llama-9")
+
+
+def test_every_supported_family_reads(tmp_path):
+    configs = {
+        "qwen3": {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+                  "tie_word_embeddings": False},
+        "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 5120, "num_hidden_layers": 36,
+                     "num_attention_heads": 40, "intermediate_size": 20480, "vocab_size": 50432},
+    }
+    # Qwen3-8B: 8,190,735,360 parameters; Pythia-12B: 11,846,072,320
+    assert param_count(from_hf_config(configs["qwen3"])) == pytest.approx(8_190_735_360, rel=0.005)
+    assert param_count(from_hf_config(configs["gpt_neox"])) == pytest.approx(11_846_072_320, rel=0.005)
+    assert np.isfinite(kv_bytes_per_token(from_hf_config(configs["qwen3"])))

@@ -1,0 +1,94 @@
+"""`python -m planner memory` as CONTRACT.md writes it, and the Memory & capacity page."""
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from helpers import ROOT, cli_json, run_cli
+from planner.samples import SAMPLE_PATH
+
+CONTRACT_KEYS = {"param_count", "weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_pool_bytes",
+                 "num_blocks", "kv_capacity_tokens", "max_concurrency"}
+
+
+def test_memory_contract(tmp_path):
+    obj = cli_json("memory", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--max-model-len", "8192",
+                   db=tmp_path / "m.duckdb")
+    assert CONTRACT_KEYS <= obj.keys()
+    assert obj["param_count"] == 8_030_261_248 and obj["kv_bytes_per_token"] == 131_072
+    assert obj["kv_capacity_tokens"] == obj["num_blocks"] * 16
+    assert obj["max_concurrency"] == pytest.approx(obj["num_blocks"] / 512)
+    assert sum(obj["breakdown_gib"].values()) == pytest.approx(obj["plan"]["total_bytes"] / 1024**3)
+
+
+def test_memory_flags_mean_what_vllm_means(tmp_path):
+    db = tmp_path / "m.duckdb"
+    base = ["memory", "--model", "llama-3-70b", "--gpu", "a100-80gb-sxm", "--tp", "4", "--max-model-len", "4096"]
+    tp4 = cli_json(*base, db=db)
+    assert tp4["kv_bytes_per_token"] == 327_680 and tp4["kv_bytes_per_token_per_gpu"] == 81_920
+    fp8 = cli_json(*base, "--kv-cache-dtype", "fp8", db=db)
+    assert fp8["kv_bytes_per_token_per_gpu"] == 40_960
+    assert fp8["num_blocks"] == pytest.approx(2 * tp4["num_blocks"], abs=1)
+    override = cli_json(*base, "--num-gpu-blocks", "1000", db=db)
+    assert override["num_blocks"] == 1000 and override["kv_capacity_tokens"] == 16_000
+    assert override["max_concurrency"] == pytest.approx(1000 / 256)
+    blocks32 = cli_json(*base, "--block-size", "32", db=db)
+    assert blocks32["kv_capacity_tokens"] == pytest.approx(tp4["kv_capacity_tokens"], abs=32)
+    low = cli_json(*base, "--gpu-mem-util", "0.8", db=db)
+    assert low["kv_pool_bytes"] < tp4["kv_pool_bytes"]
+    batched = cli_json(*base, "--max-num-batched-tokens", "32768", db=db)
+    assert batched["kv_pool_bytes"] < tp4["kv_pool_bytes"]
+
+
+def test_memory_accepts_a_config_json_and_reports_bad_input(tmp_path):
+    config = tmp_path / "my-model" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+                                  "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+                                  "vocab_size": 152064, "max_position_embeddings": 32768}))
+    obj = cli_json("memory", "--model", str(config), "--gpu", "l40s", db=tmp_path / "m.duckdb")
+    assert obj["param_count"] == 7_615_616_512 and obj["kv_bytes_per_token"] == 57_344
+    for bad, expected in ((["--model", "nope", "--gpu", "l4"], "unknown model"),
+                          (["--model", "llama-3-8b", "--gpu", "tpu"], "unknown GPU"),
+                          (["--model", "llama-3-8b", "--gpu", "l4", "--gpu-mem-util", "2"], "gpu-mem-util")):
+        proc = run_cli("memory", *bad, "--json", db=tmp_path / "m.duckdb", check=False)
+        assert proc.returncode == 2 and expected in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_memory_with_a_trace_and_a_fit_request(tmp_path):
+    db = tmp_path / "m.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    obj = cli_json("memory", "--model", "llama-3-8b", "--gpu", "a100-40gb-sxm", "--trace", "sample_chat",
+                   "--fit", "64x8192", db=db)
+    assert obj["trace"]["concurrency_at_mean"] > obj["trace"]["concurrency_at_p95"] > obj["max_concurrency"]
+    assert {r["policy"] for r in obj["reservations"]} == {"vllm", "tgi", "trtllm", "sglang", "seed"}
+    assert [s["percentile"] for s in obj["max_new_tokens_settings"]] == [90, 95, 99]
+    assert obj["fit_check"]["tp"] == 4 and "short of 64" in obj["fit_check"]["tried"][1]["reason"]
+    assert len(obj["preemption"]["points"]) > 10
+    assert 0 < obj["padding"][5]["mean"] < 1
+
+
+def test_memory_page(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["model"] = "llama-3-70b"
+    at.query_params["tp"] = "4"
+    at.query_params["max_len"] = "8192"
+    at.run()
+    at.switch_page("pages/memory.py").run()
+    assert not at.exception
+    got = {m.label: m.value for m in at.metric}
+    expected = cli_json("memory", "--model", "llama-3-70b", "--gpu", "a100-80gb-sxm", "--tp", "4",
+                        "--max-model-len", "8192", db=tmp_path / "cli.duckdb")
+    assert got["KV tokens per GPU"] == f"{expected['kv_capacity_tokens']:,}"
+    assert got["Max concurrency"] == f"{expected['max_concurrency']:.2f}x"
+    assert "This trace at once" in got
+    at.text_area(key="vllm_log").set_value(
+        "Model loading took 32.86 GiB memory\nAvailable KV cache memory: 30.00 GiB\n").run()
+    got = {m.label: m.value for m in at.metric}
+    assert got["KV pool per GPU"] == "30.00 GiB" and "fitted from the log" in at.success[0].value
+    for view in ("Reservation policies", "Padding and preemption"):
+        at.session_state["memory_view"] = view
+        at.run()
+        assert not at.exception
