@@ -50,12 +50,19 @@ def scenario() -> dict:
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
     util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **URL,
                              help="Fraction of the memory CUDA reports that vLLM may use")
-    c = st.columns(4)
+    c = st.columns(5)
     max_len = c[0].number_input("max_model_len", 0, 10_000_000, 0, 1024, key="max_len", **URL,
                                 help="0: the model's max_position_embeddings")
     kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **URL)
     weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **URL)
     block = c[3].selectbox("Block size", [16, 32, 64], key="block", **URL)
-    return {"model": model, "gpu": GPUS[gpu_name], "tp": int(tp), "gpu_memory_utilization": float(util),
+    price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, key="price",
+                              **URL, help="Your price; the default is a typical on-demand cloud rate")
+    gpu = GPUS[gpu_name].with_price(price)
+    st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
+               f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "
+               f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; ${gpu.price_per_hour * tp:.2f}/hour "
+               f"per replica of {tp}. {gpu.help}")
+    return {"model": model, "gpu": gpu, "tp": int(tp), "gpu_memory_utilization": float(util),
             "max_model_len": int(max_len) or None, "kv_cache_dtype": kv_dtype, "block_size": int(block),
             "weight_dtype": model.weight_dtype if weight_dtype == "model default" else weight_dtype}

@@ -131,7 +131,8 @@ def _llama(hidden, layers, heads, kv, inter, vocab, ctx, **extra):
             "max_position_embeddings": ctx, "tie_word_embeddings": False, **extra}
 
 
-# name: (hf id, config fields, published parameter count, help)
+# name: (hf id, config fields, published parameter count, help). OPT's counts are the paper's rounded 13B / 66B /
+# 175B (no exact total is published); the others are the Hugging Face safetensors totals.
 _PRESETS = {
     "llama-3-8b": ("meta-llama/Meta-Llama-3-8B", _llama(4096, 32, 32, 8, 14336, 128256, 8192), 8_030_261_248,
                    "Llama 3 8B: GQA 8 KV heads, 128 KiB/token in bf16"),
@@ -155,8 +156,9 @@ _PRESETS = {
     "falcon-180b": ("tiiuae/falcon-180B",
                     {"model_type": "falcon", "hidden_size": 14848, "num_hidden_layers": 80, "num_attention_heads": 232,
                      "num_kv_heads": 8, "vocab_size": 65024, "new_decoder_architecture": True, "bias": False,
-                     "parallel_attn": True, "max_position_embeddings": 2048}, 179_522_565_120,
-                    "Falcon 180B: parallel attention, 8 KV groups of head_dim 64, LayerNorm, tied embeddings"),
+                     "parallel_attn": True, "max_position_embeddings": 2048, "tie_word_embeddings": False},
+                    179_522_565_120,
+                    "Falcon 180B: parallel attention, 8 KV groups of head_dim 64, LayerNorm; output head stored apart"),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3",
                     {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
                      "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
@@ -164,7 +166,7 @@ _PRESETS = {
                      "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
                      "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
                      "vocab_size": 129280, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
-                     "tie_word_embeddings": False, "quantization_config": {"quant_method": "fp8"}}, 671_026_419_712,
+                     "tie_word_embeddings": False, "quantization_config": {"quant_method": "fp8"}}, 671_026_419_200,
                     "DeepSeek-V3: MLA (576-wide latent per token per layer, held whole by every TP rank), "
                     "256 routed + 1 shared experts, 37B active"),
     "gemma-2-9b": ("google/gemma-2-9b",
@@ -174,11 +176,11 @@ _PRESETS = {
                    9_241_705_984, "Gemma 2 9B: alternate layers use a 4096-token window; head_dim 256"),
     "opt-13b": ("facebook/opt-13b",
                 {"model_type": "opt", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-                 "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048}, 12_853_473_280,
+                 "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048}, 13_000_000_000,
                 "OPT 13B: multi-head attention (800 KiB/token), LayerNorm, learned positions"),
     "opt-66b": ("facebook/opt-66b",
                 {"model_type": "opt", "hidden_size": 9216, "num_hidden_layers": 64, "num_attention_heads": 72,
-                 "ffn_dim": 36864, "vocab_size": 50272, "max_position_embeddings": 2048}, 65_707_843_584,
+                 "ffn_dim": 36864, "vocab_size": 50272, "max_position_embeddings": 2048}, 66_000_000_000,
                 "OPT 66B: multi-head attention"),
     "opt-175b": ("facebook/opt-175b (metaseq; no public HF weights)",
                  {"model_type": "opt", "hidden_size": 12288, "num_hidden_layers": 96, "num_attention_heads": 96,

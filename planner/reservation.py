@@ -46,8 +46,14 @@ def _trtllm(prompt, output, max_new):
     return _blocks(prompt + np.broadcast_to(max_new, np.shape(prompt)), 32)
 
 
-def _sglang(prompt, output, max_new):
-    return prompt + np.minimum(max_new, 4096)
+def _sglang(ratio: float):
+    """SGLang admits against input + min(max_new, 4096) but then counts a running request's remaining tokens times
+    ``new_token_ratio``; with a ratio below 1 the hold peaks at the end: everything generated plus ratio × what
+    ``max_new_tokens`` still allows."""
+    def held(prompt, output, max_new):
+        generated = np.minimum(output, max_new)
+        return prompt + generated + ratio * np.minimum(np.maximum(max_new - generated, 0.0), 4096)
+    return held
 
 
 def _seed(prompt, output, max_new):
@@ -64,9 +70,12 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("trtllm", "TensorRT-LLM GUARANTEED_NO_EVICT", _trtllm,
            "Reserves ceil((prompt + max_new_tokens) / 32) blocks of 32 tokens up front; a started request is never "
            "paused.", False),
-    Policy("sglang", "SGLang (at admission)", _sglang,
-           "Admits a request against input + min(max_new_tokens, 4096); running requests then count only "
-           "remaining × new_token_ratio (0.7 decaying to 0.098), retracting when decode runs out.", True),
+    Policy("sglang", "SGLang, new_token_ratio 0.7 (after a reset)", _sglang(0.7),
+           "Admits against input + min(max_new_tokens, 4096); running requests count remaining × new_token_ratio, "
+           "which starts at 0.7 after an idle period or a retraction ...", True),
+    Policy("sglang-decayed", "SGLang, new_token_ratio 0.098 (decayed)", _sglang(0.098),
+           "... and decays linearly to 0.098 over 600 decode steps; when decode runs out it retracts requests and "
+           "raises the ratio again.", True),
     Policy("seed", "Seed article's page formula (not a real engine)", _seed,
            "ceil(max_new_tokens / 16) pages per request, prompt ignored: the arithmetic of seed 002, which claims "
            "vLLM works this way. vLLM does not reserve for max_new_tokens.", False),

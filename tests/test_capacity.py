@@ -44,7 +44,11 @@ def test_engine_reservations_follow_their_rules():
     assert list(POLICIES["vllm"].peak_tokens(prompt, output, 4096)) == [160.0, 5008.0]      # lazy: final length
     assert list(POLICIES["trtllm"].peak_tokens(prompt, output, 512)) == [640.0, 2528.0]     # prompt + max, 32s
     assert list(POLICIES["tgi"].peak_tokens(prompt, output, 4096)) == [1136.0, 5072.0]      # 1024-token chunks
-    assert list(POLICIES["sglang"].peak_tokens(prompt, output, 8192)) == [4196.0, 6096.0]   # min(max_new, 4096)
+    # SGLang: prompt + generated + ratio × min(what max_new still allows, 4096)
+    sglang = POLICIES["sglang"].peak_tokens(prompt, output, 8192.0)
+    assert list(sglang) == pytest.approx([100 + 50 + 0.7 * 4096, 2000 + 3000 + 0.7 * 4096])
+    decayed = POLICIES["sglang-decayed"].peak_tokens(prompt, output, 8192.0)
+    assert np.all(decayed < POLICIES["sglang"].peak_tokens(prompt, output, 8192.0))
 
 
 def test_tradeoff_properties():
