@@ -1,0 +1,1 @@
+"""Scheduler simulation: workloads, engines, the step loop and its results."""

@@ -1,0 +1,53 @@
+"""What every engine module provides: its name, defaults and a ``run`` over a workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Scheduler knobs an engine reads (vLLM names; other engines map theirs onto them)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    block_size: int
+    num_blocks: int
+    max_model_len: int
+    max_new_tokens: int | None = None
+    long_prefill_token_threshold: int = 0
+    preemption: str = "recompute"
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """Per-request outcome arrays and the sampled timeline, as an engine's loop leaves them."""
+
+    first_token: np.ndarray
+    finish: np.ndarray
+    first_scheduled: np.ndarray
+    preemptions: np.ndarray
+    rejected: np.ndarray
+    steps: int
+    timeline: np.ndarray        # rows: time_s, running, waiting, blocks_used, step_s, bound
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A scheduler: ``run(arrival, prompt, output, settings, coeffs, log_every) -> RawRun``."""
+
+    name: str
+    label: str
+    help: str
+    run: Callable[..., RawRun]
+    reserves_max_new: bool = False     # needs a max_new_tokens (defaults to max_model_len - prompt)
+
+
+def reservation_limit(prompt: np.ndarray, settings: EngineSettings) -> np.ndarray:
+    """Per-request max_new_tokens an engine reserves for: the setting, else what max_model_len leaves."""
+    room = np.maximum(settings.max_model_len - prompt, 1)
+    return np.minimum(room, settings.max_new_tokens) if settings.max_new_tokens else room

@@ -1,0 +1,16 @@
+"""HF TGI ≥ 3.1.1: input + min(max_new_tokens, 1024) reserved; longer outputs re-queued per 1,024-token chunk."""
+
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
+
+
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
+                          settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
+                          settings.num_blocks, settings.chunked_prefill, 0, RESERVE_CHUNKED, log_every)
+    return RawRun(*out)
+
+
+ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
+                "output is re-queued per 1,024-token chunk with what it generated as prompt; never preempts "
+                "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reserves_max_new=True)

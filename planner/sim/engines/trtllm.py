@@ -1,0 +1,26 @@
+"""TensorRT-LLM with GUARANTEED_NO_EVICT: ceil((prompt + max output) / 32) blocks reserved up front."""
+
+from dataclasses import replace
+
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+from planner.sim.kernel import RESERVE_MAX, simulate_kernel
+
+TOKENS_PER_BLOCK = 32
+
+
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK
+    settings = replace(settings, block_size=TOKENS_PER_BLOCK, num_blocks=blocks)
+    # without chunked context max_num_tokens must hold a whole prompt
+    budget = settings.max_num_batched_tokens if settings.chunked_prefill else \
+        max(settings.max_num_batched_tokens, settings.max_model_len)
+    out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
+                          settings.max_num_seqs, budget, TOKENS_PER_BLOCK, blocks, settings.chunked_prefill, 0,
+                          RESERVE_MAX, log_every)
+    return RawRun(*out)
+
+
+ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",
+                "In-flight batching with max_num_tokens per step; a request is admitted only when its prompt + "
+                "max output fits in 32-token blocks, so a started request is never paused.", run,
+                reserves_max_new=True)

@@ -1,0 +1,19 @@
+"""vLLM V1 (the default): one token budget per step, lazy blocks, recompute preemption of the last admitted."""
+
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+from planner.sim.kernel import LAZY, simulate_kernel
+
+
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
+                          settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
+                          settings.num_blocks, settings.chunked_prefill, settings.long_prefill_token_threshold, LAZY,
+                          log_every)
+    return RawRun(*out)
+
+
+ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens) per step: running requests first "
+                "(a decode costs one token, partial prefills continue), then FCFS admission while fewer than "
+                "max_num_seqs run and blocks exist for the first chunk; no admission in a step that preempted; "
+                "blocks allocated lazily; the last admitted request is preempted by recompute when they run out.",
+                run)

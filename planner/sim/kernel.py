@@ -1,0 +1,213 @@
+"""The continuous-batching step loop, compiled with numba: vLLM V1's scheduler and the reservation variants.
+
+One function runs the whole simulation so a 100,000-request replay takes well under a second. Its semantics are
+vLLM V1's ``Scheduler.schedule`` (``../shared/reference/engines.md`` §3.5): one token budget per step shared by
+running requests first (a decode costs one token, partial prefills continue), then FCFS admission of waiting
+requests while fewer than ``max_num_seqs`` run and blocks exist for their first chunk, no admission in a step
+that preempted; blocks are allocated as tokens are computed; when none is free the most recently admitted request
+is preempted (its blocks freed, its computed tokens forgotten) and re-queued at the front. Reservation modes
+replace lazy allocation with blocks reserved at admission and never preempt (Orca, TensorRT-LLM, TGI).
+:mod:`planner.sim.reference` is the slow, obviously-correct twin the tests hold this to.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from planner.cost_model import step_seconds
+
+LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
+TGI_CHUNK = 1024
+
+
+@numba.njit(cache=True)
+def _reserved_tokens(mode, prompt, generated, max_new):
+    if mode == RESERVE_MAX:
+        return prompt + max_new
+    # TGI: the prompt plus the next 1,024-token chunk of output (a longer output is re-queued per chunk)
+    chunk = TGI_CHUNK * (generated // TGI_CHUNK + 1)
+    return prompt + min(max_new, chunk)
+
+
+@numba.njit(cache=True)
+def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
+                    chunked, long_prefill, mode, log_every):
+    """Run the trace; returns per-request times and counters plus a sampled timeline.
+
+    Returns
+    -------
+    tuple
+        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline`` where timeline rows are
+        ``(time_s, running, waiting, blocks_used, step_s, bound)`` every ``log_every`` steps.
+    """
+    n = arrival.shape[0]
+    first_token = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    first_sched = np.full(n, np.nan)
+    preemptions = np.zeros(n, np.int64)
+    rejected = np.zeros(n, np.bool_)
+    computed = np.zeros(n, np.int64)
+    generated = np.zeros(n, np.int64)
+    blocks = np.zeros(n, np.int64)
+    queue = np.empty(n + 1, np.int64)          # ring buffer: preempted requests return to the front
+    head, size = 0, 0
+    running = np.empty(n, np.int64)
+    run_count = 0
+    sched_req = np.empty(max_num_seqs + 1, np.int64)
+    sched_tok = np.empty(max_num_seqs + 1, np.int64)
+    sched_ctx = np.empty(max_num_seqs + 1, np.int64)
+    timeline = np.empty((1024, 6))
+    rows = 0
+    free = num_blocks
+    t = 0.0
+    next_arrival, done, steps = 0, 0, 0
+    while done < n:
+        while next_arrival < n and arrival[next_arrival] <= t:
+            queue[(head + size) % (n + 1)] = next_arrival
+            size += 1
+            next_arrival += 1
+        if run_count == 0 and size == 0:
+            t = arrival[next_arrival]
+            continue
+        budget = token_budget
+        preempted = False
+        ns = 0
+        i = 0
+        while i < run_count and budget > 0:
+            r = running[i]
+            new = prompt[r] + generated[r] - computed[r]
+            if long_prefill > 0 and new > long_prefill:
+                new = long_prefill
+            if new > budget:
+                new = budget
+            if mode == LAZY:
+                need = (computed[r] + new + block_size - 1) // block_size - blocks[r]
+            else:
+                need = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+                    // block_size - blocks[r]
+                if need > free:
+                    # reservations never preempt; TGI re-queues a request that outgrew its 1,024-token chunk with
+                    # everything it generated as its new prompt (recomputed on re-admission)
+                    free += blocks[r]
+                    blocks[r] = 0
+                    computed[r] = 0
+                    queue[(head + size) % (n + 1)] = r
+                    size += 1
+                    preemptions[r] += 1
+                    for j in range(i, run_count - 1):
+                        running[j] = running[j + 1]
+                    run_count -= 1
+                    continue
+            self_preempted = False
+            while need > free:
+                run_count -= 1
+                victim = running[run_count]
+                free += blocks[victim]
+                blocks[victim] = 0
+                computed[victim] = 0
+                preemptions[victim] += 1
+                head = (head - 1) % (n + 1)
+                queue[head] = victim
+                size += 1
+                preempted = True
+                if victim == r:
+                    self_preempted = True
+                    break
+            if self_preempted:
+                break
+            if need > 0:
+                blocks[r] += need
+                free -= need
+            sched_req[ns] = r
+            sched_tok[ns] = new
+            sched_ctx[ns] = computed[r]
+            ns += 1
+            budget -= new
+            i += 1
+        if not preempted:
+            while size > 0 and budget > 0 and run_count < max_num_seqs:
+                r = queue[head]
+                new = prompt[r] + generated[r] - computed[r]
+                if long_prefill > 0 and new > long_prefill:
+                    new = long_prefill
+                if new > budget:
+                    if not chunked:
+                        break
+                    new = budget
+                if mode == LAZY:
+                    need = (new + block_size - 1) // block_size
+                else:
+                    need = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+                        // block_size
+                if need > free:
+                    break
+                head = (head + 1) % (n + 1)
+                size -= 1
+                blocks[r] = need
+                free -= need
+                running[run_count] = r
+                run_count += 1
+                if np.isnan(first_sched[r]):
+                    first_sched[r] = t
+                sched_req[ns] = r
+                sched_tok[ns] = new
+                sched_ctx[ns] = computed[r]
+                ns += 1
+                budget -= new
+        if ns == 0:
+            if run_count == 0 and size > 0:
+                # the head needs more blocks than the whole pool: it can never run (vLLM would livelock)
+                r = queue[head]
+                head = (head + 1) % (n + 1)
+                size -= 1
+                rejected[r] = True
+                done += 1
+                continue
+            raise RuntimeError("no request could be scheduled while some are running")
+        prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0
+        for j in range(ns):
+            r, new, k = sched_req[j], sched_tok[j], sched_ctx[j]
+            pairs += new * k + new * (new + 1) / 2
+            context += k
+            if new == 1 and generated[r] > 0 and k == prompt[r] + generated[r] - 1:
+                decodes += 1.0
+            else:
+                prefill_tokens += new
+        dt, bound = step_seconds(coeffs, prefill_tokens, pairs, decodes, context, float(ns))
+        t += dt
+        steps += 1
+        finished_any = False
+        for j in range(ns):
+            r = sched_req[j]
+            computed[r] += sched_tok[j]
+            if computed[r] == prompt[r] + generated[r]:
+                generated[r] += 1
+                if generated[r] == 1:
+                    first_token[r] = t
+                if generated[r] >= output[r]:
+                    finish[r] = t
+                    free += blocks[r]
+                    blocks[r] = 0
+                    done += 1
+                    finished_any = True
+        if finished_any:
+            kept = 0
+            for j in range(run_count):
+                if np.isnan(finish[running[j]]):
+                    running[kept] = running[j]
+                    kept += 1
+            run_count = kept
+        if steps % log_every == 0:
+            if rows == timeline.shape[0]:
+                grown = np.empty((rows * 2, 6))
+                grown[:rows] = timeline
+                timeline = grown
+            timeline[rows, 0] = t
+            timeline[rows, 1] = run_count
+            timeline[rows, 2] = size
+            timeline[rows, 3] = num_blocks - free
+            timeline[rows, 4] = dt
+            timeline[rows, 5] = bound
+            rows += 1
+    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows]
