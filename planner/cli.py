@@ -207,6 +207,32 @@ def cmd_simulate(args) -> None:
                      f"{obj['preemptions']} preemptions{', SATURATED' if obj['saturated'] else ''}")
 
 
+def cmd_calibrate(args) -> None:
+    from planner import calibration
+    from planner.hardware import get_gpu
+    from planner.model_catalog import get_model
+
+    if bool(args.points) == bool(args.trace):
+        raise PlannerError("give exactly one of --points CSV or --trace TRACE")
+    model, gpu = get_model(args.model), get_gpu(args.gpu)
+    if args.points:
+        report = calibration.fit_points(model, gpu, args.tp, calibration.read_points(args.points))
+    else:
+        from planner.sim.run import engine_settings
+        from planner.sim.workload import measured_latencies
+
+        workload, ttft, tpot = measured_latencies(store.open_store(args.db), args.trace)
+        settings = engine_settings(model, gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
+                                   max_num_batched_tokens=args.max_num_batched_tokens,
+                                   max_model_len=args.max_model_len)
+        report = calibration.fit_trace(model, gpu, args.tp, workload, ttft, tpot, settings)
+    calibration.save(report, args.output, model, gpu, args.tp)
+    obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
+           "max_abs_error": report["max_abs_error"], "source": report["source"]}
+    _emit(args, obj, f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
+          + f"; MAPE {report['mape']:.2%}")
+
+
 def cmd_rejects(args) -> None:
     con = store.open_store(args.db)
     info = store.get_trace(con, args.trace)
@@ -318,6 +344,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="a file written by `calibrate`")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_simulate)
+
+    p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--points", help="CSV: prefill_tokens,prefill_count,decode_count,decode_context,step_ms")
+    p.add_argument("--trace", help="a stored trace with TTFT/TPOT (replayed through vllm-v1)")
+    p.add_argument("--max-num-seqs", type=int, help="the measured server's setting (trace mode)")
+    p.add_argument("--max-num-batched-tokens", type=int, help="the measured server's setting (trace mode)")
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("-o", "--output", required=True, help="calibration file to write")
+    p.set_defaults(func=cmd_calibrate)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")

@@ -145,8 +145,11 @@ def engine_settings(model: ModelSpec, gpu: GPU, *, tp: int = 1, max_num_seqs: in
                            f"({plan.kv_pool_bytes / 2**30:.1f} GiB); raise --tp or --gpu-mem-util")
     if preemption not in ("recompute", "swap"):
         raise PlannerError(f"--preemption {preemption!r}: expected recompute or swap")
+    # a swap copies every layer's K and V of a block, each copy paying a launch latency plus its bytes over PCIe
+    copies = model.layers * (1 if model.mla else 2)
+    swap_s = copies * 10e-6 + block_size * plan.kv_bytes_per_token_per_gpu / gpu.pcie_bytes_s
     return EngineSettings(seqs, batched, chunked_prefill, block_size, plan.num_blocks, max_model_len,
-                          max_new_tokens, 0, preemption)
+                          max_new_tokens, 0, preemption, swap_s)
 
 
 def simulate(workload: SimWorkload, model: ModelSpec, gpu: GPU, settings: EngineSettings, *, engine: str = "vllm-v1",

@@ -125,3 +125,20 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
     label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     return _sorted(arrival, inputs, outputs, label)
+
+
+def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
+    """A trace's replay workload (its own arrivals) with each request's measured TTFT and TPOT in seconds (NaN
+    where absent), in the workload's order."""
+    info = store.get_trace(con, trace_ref)
+    if not info.has_timestamps:
+        raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
+    frame = con.cursor().sql(
+        f"SELECT arrival, input_tokens, output_tokens, ttft_ms, tpot_ms FROM {store.requests_view(info.trace_id)} "
+        f"WHERE NOT failed AND output_tokens > 0 AND arrival IS NOT NULL ORDER BY arrival, \"row\"").pl()
+    if frame["ttft_ms"].null_count() == frame.height and frame["tpot_ms"].null_count() == frame.height:
+        raise PlannerError(f"trace {info.name!r} has no TTFT or TPOT column: expected measured latencies")
+    workload = _sorted(frame["arrival"].to_numpy(), frame["input_tokens"].to_numpy(),
+                       frame["output_tokens"].to_numpy(), f"trace {info.name}")
+    as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
+    return workload, as_s[0], as_s[1]

@@ -21,6 +21,7 @@ class EngineSettings:
     max_new_tokens: int | None = None
     long_prefill_token_threshold: int = 0
     preemption: str = "recompute"
+    swap_s_per_block: float = 0.0     # seconds to move one block (all layers) between GPU and host
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,160 @@
+"""vLLM V0 (historical): prefill-priority steps, a 1% watermark, preemption by recompute or swap over PCIe."""
+
+import numba
+import numpy as np
+
+from planner.cost_model import step_seconds
+from planner.sim.engines.base import Engine, EngineSettings, RawRun
+
+WATERMARK = 0.01
+
+
+@numba.njit(cache=True)
+def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size, num_blocks, swap,
+               swap_s_per_block, log_every):
+    n = arrival.shape[0]
+    first_token = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    first_sched = np.full(n, np.nan)
+    preemptions = np.zeros(n, np.int64)
+    rejected = np.zeros(n, np.bool_)
+    tokens = np.zeros(n, np.int64)             # tokens whose KV exists (on GPU, or on the host when swapped)
+    generated = np.zeros(n, np.int64)
+    blocks = np.zeros(n, np.int64)
+    swapped = np.zeros(n, np.bool_)
+    queue = np.empty(n + 1, np.int64)
+    head, size = 0, 0
+    running = np.empty(n, np.int64)
+    run_count = 0
+    watermark = int(WATERMARK * num_blocks)
+    timeline = np.empty((1024, 6))
+    rows, steps, next_arrival, done = 0, 0, 0, 0
+    free = num_blocks
+    t = 0.0
+    while done < n:
+        while next_arrival < n and arrival[next_arrival] <= t:
+            queue[(head + size) % (n + 1)] = next_arrival
+            size += 1
+            next_arrival += 1
+        if run_count == 0 and size == 0:
+            t = arrival[next_arrival]
+            continue
+        extra = 0.0
+        # prefill step: admit from the queue (swapped-out requests first, as they sit at its front)
+        admitted, prefill_tokens, pairs = 0, 0.0, 0.0
+        while size > 0 and run_count < max_num_seqs:
+            r = queue[head]
+            if swapped[r]:
+                need = blocks[r]
+                if free - need < watermark:
+                    break
+                extra += need * swap_s_per_block
+                swapped[r] = False
+            else:
+                new = prompt[r] + generated[r]
+                need = (new + block_size - 1) // block_size
+                if need > num_blocks - watermark:
+                    head = (head + 1) % (n + 1)
+                    size -= 1
+                    rejected[r] = True
+                    done += 1
+                    continue
+                if prefill_tokens + new > budget or free - need < watermark:
+                    break
+                prefill_tokens += new
+                pairs += new * (new + 1) / 2
+                tokens[r] = new
+                blocks[r] = need
+                admitted += 1
+            head = (head + 1) % (n + 1)
+            size -= 1
+            free -= need
+            running[run_count] = r
+            run_count += 1
+            if np.isnan(first_sched[r]):
+                first_sched[r] = t
+        if admitted > 0:
+            dt, bound = step_seconds(coeffs, prefill_tokens, pairs, 0.0, 0.0, float(admitted))
+            t += dt + extra
+            for j in range(run_count - admitted, run_count):
+                r = running[j]
+                if tokens[r] == prompt[r] + generated[r]:
+                    generated[r] += 1
+                    if generated[r] == 1:
+                        first_token[r] = t
+        else:
+            # decode step: every running sequence appends one token; preempt from the tail when blocks run out
+            j = 0
+            while j < run_count:
+                r = running[j]
+                need = (tokens[r] + 1 + block_size - 1) // block_size - blocks[r]
+                while need > free and run_count > j:
+                    run_count -= 1
+                    victim = running[run_count]
+                    preemptions[victim] += 1
+                    free += blocks[victim]
+                    if swap:        # the KV moves to the host and comes back on re-admission
+                        swapped[victim] = True
+                        extra += blocks[victim] * swap_s_per_block
+                    else:           # recompute: forget the KV, re-prefill prompt + output so far later
+                        tokens[victim] = 0
+                        blocks[victim] = 0
+                    head = (head - 1) % (n + 1)
+                    queue[head] = victim
+                    size += 1
+                if run_count <= j:
+                    break
+                blocks[r] += need
+                free -= need
+                j += 1
+            if run_count == 0:
+                continue
+            context = 0.0
+            for j in range(run_count):
+                context += tokens[running[j]]
+            dt, bound = step_seconds(coeffs, 0.0, context + run_count, float(run_count), context, float(run_count))
+            t += dt + extra
+            for j in range(run_count):
+                r = running[j]
+                tokens[r] += 1
+                generated[r] += 1
+        steps += 1
+        kept = 0
+        for j in range(run_count):
+            r = running[j]
+            if generated[r] >= output[r] and np.isnan(finish[r]):
+                finish[r] = t
+                free += blocks[r]
+                blocks[r] = 0
+                done += 1
+            else:
+                running[kept] = r
+                kept += 1
+        run_count = kept
+        if steps % log_every == 0:
+            if rows == timeline.shape[0]:
+                grown = np.empty((rows * 2, 6))
+                grown[:rows] = timeline
+                timeline = grown
+            timeline[rows, 0] = t
+            timeline[rows, 1] = run_count
+            timeline[rows, 2] = size
+            timeline[rows, 3] = num_blocks - free
+            timeline[rows, 4] = dt
+            timeline[rows, 5] = bound
+            rows += 1
+    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows]
+
+
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    budget = max(settings.max_num_batched_tokens, settings.max_model_len)
+    return RawRun(*_v0_kernel(arrival, prompt, output, coeffs, settings.max_num_seqs, budget, settings.block_size,
+                              settings.num_blocks, settings.preemption == "swap", settings.swap_s_per_block,
+                              log_every))
+
+
+ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
+                "Prefill-priority: a step admits waiting prompts (whole, up to max(max_num_batched_tokens, "
+                "max_model_len) tokens, keeping 1% of blocks free) and pauses decodes, else every running sequence "
+                "decodes one token; when blocks run out the latest request is preempted by recompute, or swapped "
+                "to the host and back over PCIe (--preemption swap).", run)

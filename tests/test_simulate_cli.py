@@ -1,0 +1,66 @@
+"""`python -m planner simulate` as CONTRACT.md writes it: synthetic specs, trace replay, flags, errors."""
+
+import pytest
+
+from helpers import cli_json, run_cli
+from planner.samples import SAMPLE_PATH
+
+BASE = ["--model", "llama-3-8b", "--gpu", "a100-80gb-sxm"]
+SPEC = "requests=300,input=512,output=uniform:64:1024,qps=8,arrival=gamma:2"
+
+
+def test_simulate_synthetic_contract(tmp_path):
+    obj = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "s.duckdb")
+    for key in ("requests", "completed", "preemptions", "duration_s", "sim_wall_s", "saturated"):
+        assert key in obj
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        assert set(obj[key]) >= {"p50", "p90", "p99"}
+        assert obj[key]["p50"] <= obj[key]["p90"] <= obj[key]["p99"]
+    assert obj["requests"] == obj["completed"] == 300
+    assert obj["throughput_tok_s"]["total"] == pytest.approx(obj["throughput_tok_s"]["input"]
+                                                             + obj["throughput_tok_s"]["output"])
+    assert obj["settings"]["max_num_seqs"] == 256 and obj["settings"]["max_num_batched_tokens"] == 2048
+    again = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "s.duckdb")
+    assert again["ttft_ms"] == obj["ttft_ms"]                     # deterministic for a seed
+
+
+def test_simulate_flags_move_results_the_right_way(tmp_path):
+    db = tmp_path / "s.duckdb"
+    spec = "requests=400,input=512,output=256,qps=inf"
+    few = cli_json("simulate", "--synthetic", spec, *BASE, "--max-num-seqs", "16", db=db)
+    many = cli_json("simulate", "--synthetic", spec, *BASE, "--max-num-seqs", "128", db=db)
+    assert many["throughput_tok_s"]["output"] > few["throughput_tok_s"]["output"]
+    assert many["tpot_ms"]["p50"] > few["tpot_ms"]["p50"]
+    capped = cli_json("simulate", "--synthetic", spec, *BASE, "--max-new-tokens", "100", db=db)
+    assert capped["throughput_tok_s"]["output"] * capped["duration_s"] == pytest.approx(400 * 100)
+    tiny = cli_json("simulate", "--synthetic", spec, *BASE, "--gpu-mem-util", "0.3", db=db)
+    assert tiny["completed"] == 400
+    static = cli_json("simulate", "--synthetic", "requests=400,input=512,output=uniform:64:1024,qps=inf", *BASE,
+                      "--engine", "static", "--max-num-seqs", "64", db=db)
+    v1 = cli_json("simulate", "--synthetic", "requests=400,input=512,output=uniform:64:1024,qps=inf", *BASE,
+                  "--max-num-seqs", "64", db=db)
+    assert v1["throughput_tok_s"]["output"] > 1.3 * static["throughput_tok_s"]["output"]
+
+
+def test_simulate_a_stored_trace_time_scaled(tmp_path):
+    db = tmp_path / "s.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    base = cli_json("simulate", "--trace", "sample_chat", *BASE, "--max-model-len", "8192", db=db)
+    assert base["requests"] == 8350 and base["completed"] == 8350
+    fast = cli_json("simulate", "--trace", "sample_chat", *BASE, "--max-model-len", "8192", "--rate-scale", "4",
+                    db=db)
+    assert fast["duration_s"] < base["duration_s"] / 2 and fast["ttft_ms"]["p99"] >= base["ttft_ms"]["p99"]
+    at_qps = cli_json("simulate", "--trace", "sample_chat", *BASE, "--max-model-len", "8192", "--qps", "3", db=db)
+    assert at_qps["request_rate_rps"] == pytest.approx(3, rel=0.1)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--synthetic", "requests=10,input=5"], "lacks output, qps"),
+    (["--synthetic", "requests=10,input=5,output=x,qps=1"], "output='x'"),
+    (["--synthetic", SPEC, "--engine", "nope"], "unknown --engine"),
+    (["--trace", "t", "--synthetic", SPEC], "exactly one"),
+    (["--synthetic", SPEC, "--rate-scale", "2", "--qps", "3"], "not both"),
+])
+def test_simulate_errors(tmp_path, args, message):
+    proc = run_cli("simulate", *args, *BASE, "--json", db=tmp_path / "s.duckdb", check=False)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
