@@ -53,10 +53,10 @@ def test_conservation(engine):
     assert np.all(result.first_token[done] > result.first_scheduled[done])
     assert np.all(result.finish[done] >= result.first_token[done])
     assert np.all(result.timeline[:, 3] <= 400)                    # blocks never over-allocated
-    if engine == "vllm-v1":
+    if engine in ("vllm-v1", "vllm-v0"):
         assert result.preemptions.sum() > 0                         # the small pool forces preemption ...
-    else:
-        assert result.preemptions.sum() == 0 or engine == "tgi"     # ... reservations never preempt
+    elif engine != "tgi":                                           # (TGI re-queues per 1,024-token chunk)
+        assert result.preemptions.sum() == 0                        # ... reservations never preempt
 
 
 def test_blocks_are_all_freed_and_decode_steps_account_for_every_token():
