@@ -195,7 +195,8 @@ def cmd_simulate(args) -> None:
                                chunked_prefill=not args.no_chunked_prefill, preemption=args.preemption,
                                max_new_tokens=args.max_new_tokens, gpu_memory_utilization=args.gpu_mem_util,
                                max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype,
-                               block_size=args.block_size)
+                               block_size=args.block_size, reserve_quantile=args.reserve_predicted,
+                               priority=args.priority)
     result = simulate(workload, model, gpu, settings, engine=args.engine, tp=args.tp,
                       cost=load_params(args.calibration), kv_cache_dtype=args.kv_cache_dtype,
                       progress=_progress_printer(not args.json))
@@ -343,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--calibration", help="a file written by `calibrate`")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reserve-predicted", type=float, metavar="Q",
+                   help="vllm-v1 remedy: reserve the Q quantile (0.75, 0.95) of a predicted output length")
+    p.add_argument("--priority", default="fcfs", help="fcfs or shortest-predicted (vllm-v1 remedy)")
     p.set_defaults(func=cmd_simulate)
 
     p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")

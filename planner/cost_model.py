@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numba
-import numpy as np
 
 from planner.errors import PlannerError
 from planner.hardware import GPU

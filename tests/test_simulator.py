@@ -122,3 +122,28 @@ def test_mixed_lengths_worsen_the_tail_at_equal_max_num_seqs():
     uniform, mixed = (run_seed(out, 32, qps="3", requests=3000) for out in ("256", "uniform:64:1024"))
     assert mixed["ttft_ms"]["p99"] > 4 * uniform["ttft_ms"]["p99"]
     assert mixed["e2e_ms"]["p99"] > uniform["e2e_ms"]["p99"]
+
+
+def test_prediction_stand_in_has_the_stated_skill():
+    from planner.sim.prediction import predicted_lengths
+
+    output = np.maximum(np.rint(np.random.default_rng(0).lognormal(5, 1, 50_000)), 1)
+    median, p95 = predicted_lengths(output, 0.95)
+    r2 = np.corrcoef(np.log(median), np.log(output))[0, 1] ** 2
+    assert r2 == pytest.approx(0.82, abs=0.03)
+    assert np.mean(output <= p95) == pytest.approx(0.95, abs=0.02)      # calibrated quantile
+    assert np.all(p95 >= median)
+
+
+def test_the_seeds_remedies_under_kv_pressure():
+    work = synthetic("requests=2000,input=uniform:100:3000,output=lognormal:5:1,qps=10,seed=3")
+
+    def run(**remedy):
+        cfg = engine_settings(MODEL, GPU, max_model_len=8192, gpu_memory_utilization=0.35, **remedy)
+        return summarize(simulate(work, MODEL, GPU, cfg))
+    lazy, p75, p95, shortest = run(), run(reserve_quantile=0.75), run(reserve_quantile=0.95), \
+        run(priority="shortest-predicted")
+    assert p95["preemptions"] < p75["preemptions"] < lazy["preemptions"] / 10   # reserving trades preemption ...
+    assert p95["tpot_ms"]["p99"] < lazy["tpot_ms"]["p99"]                          # ... for steadier decoding
+    assert shortest["ttft_ms"]["p50"] < lazy["ttft_ms"]["p50"] / 5                  # short requests jump the queue
+    assert shortest["ttft_ms"]["p99"] > lazy["ttft_ms"]["p99"]                      # long ones starve

@@ -32,7 +32,7 @@ def _reserved_tokens(mode, prompt, generated, max_new):
 
 @numba.njit(cache=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
-                    chunked, long_prefill, mode, log_every):
+                    chunked, long_prefill, mode, log_every, key, by_key):
     """Run the trace; returns per-request times and counters plus a sampled timeline.
 
     Returns
@@ -81,13 +81,15 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 new = long_prefill
             if new > budget:
                 new = budget
-            if mode == LAZY:
-                need = (computed[r] + new + block_size - 1) // block_size - blocks[r]
-            else:
-                need = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+            need = (computed[r] + new + block_size - 1) // block_size - blocks[r]
+            if mode != LAZY:
+                # a reservation covers the growth; beyond it (a predicted length that fell short) blocks grow lazily
+                reserved = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
                     // block_size - blocks[r]
-                if need > free:
-                    # reservations never preempt; TGI re-queues a request that outgrew its 1,024-token chunk with
+                if reserved > need:
+                    need = reserved
+                if need > free and mode == RESERVE_CHUNKED:
+                    # TGI never preempts: a request that outgrew its 1,024-token chunk is re-queued with
                     # everything it generated as its new prompt (recomputed on re-admission)
                     free += blocks[r]
                     blocks[r] = 0
@@ -127,6 +129,13 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             i += 1
         if not preempted:
             while size > 0 and budget > 0 and run_count < max_num_seqs:
+                if by_key:      # length-aware priority: the smallest key waiting goes first
+                    best = head
+                    for j in range(1, size):
+                        q = (head + j) % (n + 1)
+                        if key[queue[q]] < key[queue[best]]:
+                            best = q
+                    queue[head], queue[best] = queue[best], queue[head]
                 r = queue[head]
                 new = prompt[r] + generated[r] - computed[r]
                 if long_prefill > 0 and new > long_prefill:
@@ -135,11 +144,12 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     if not chunked:
                         break
                     new = budget
-                if mode == LAZY:
-                    need = (new + block_size - 1) // block_size
-                else:
-                    need = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+                need = (new + block_size - 1) // block_size
+                if mode != LAZY:
+                    reserved = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
                         // block_size
+                    if reserved > need:
+                        need = reserved
                 if need > free:
                     break
                 head = (head + 1) % (n + 1)

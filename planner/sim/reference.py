@@ -37,7 +37,8 @@ class Request:
 def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tuple) -> RawRun:
     """vLLM V1 scheduling of the requests, one step at a time."""
     step = step_seconds.py_func
-    pending = deque(Request(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(arrival, prompt, output)))
+    pending = deque(Request(i, float(a), int(p), int(o))
+                    for i, (a, p, o) in enumerate(zip(arrival, prompt, output, strict=True)))
     requests = list(pending)
     waiting: deque[Request] = deque()
     running: list[Request] = []
@@ -105,7 +106,7 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
             finished += 1
             continue
         is_decode = [new == 1 and req.generated > 0 and ctx == req.known_tokens - 1 for req, new, ctx in scheduled]
-        prefill = sum(new for (_, new, _), decode in zip(scheduled, is_decode) if not decode)
+        prefill = sum(new for (_, new, _), decode in zip(scheduled, is_decode, strict=True) if not decode)
         decodes = sum(is_decode)
         pairs = sum(new * ctx + new * (new + 1) / 2 for _, new, ctx in scheduled)
         context = sum(ctx for _, _, ctx in scheduled)

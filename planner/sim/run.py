@@ -130,7 +130,8 @@ def engine_settings(model: ModelSpec, gpu: GPU, *, tp: int = 1, max_num_seqs: in
                     max_num_batched_tokens: int | None = None, chunked_prefill: bool = True,
                     preemption: str = "recompute", max_new_tokens: int | None = None,
                     gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                    kv_cache_dtype: str = "auto", block_size: int = 16) -> EngineSettings:
+                    kv_cache_dtype: str = "auto", block_size: int = 16, reserve_quantile: float | None = None,
+                    priority: str = "fcfs") -> EngineSettings:
     """vLLM serve's defaults for the GPU, with the KV block pool the memory plan gives."""
     max_model_len = int(max_model_len or model.max_position)
     seqs = int(max_num_seqs or default_max_num_seqs(gpu))
@@ -148,8 +149,12 @@ def engine_settings(model: ModelSpec, gpu: GPU, *, tp: int = 1, max_num_seqs: in
     # a swap copies every layer's K and V of a block, each copy paying a launch latency plus its bytes over PCIe
     copies = model.layers * (1 if model.mla else 2)
     swap_s = copies * 10e-6 + block_size * plan.kv_bytes_per_token_per_gpu / gpu.pcie_bytes_s
+    if priority not in ("fcfs", "shortest-predicted"):
+        raise PlannerError(f"--priority {priority!r}: expected fcfs or shortest-predicted")
+    if reserve_quantile is not None and not 0 < reserve_quantile < 1:
+        raise PlannerError(f"--reserve-predicted {reserve_quantile}: expected a quantile such as 0.75 or 0.95")
     return EngineSettings(seqs, batched, chunked_prefill, block_size, plan.num_blocks, max_model_len,
-                          max_new_tokens, 0, preemption, swap_s)
+                          max_new_tokens, 0, preemption, swap_s, reserve_quantile, priority)
 
 
 def simulate(workload: SimWorkload, model: ModelSpec, gpu: GPU, settings: EngineSettings, *, engine: str = "vllm-v1",

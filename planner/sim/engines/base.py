@@ -22,6 +22,8 @@ class EngineSettings:
     long_prefill_token_threshold: int = 0
     preemption: str = "recompute"
     swap_s_per_block: float = 0.0     # seconds to move one block (all layers) between GPU and host
+    reserve_quantile: float | None = None   # vllm-v1 remedy: reserve this quantile of a predicted output length
+    priority: str = "fcfs"            # or "shortest-predicted" (vllm-v1 remedy)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, max(settings.max_num_batched_tokens, settings.max_model_len),
-                          settings.block_size, settings.num_blocks, False, 0, RESERVE_MAX, log_every)
+                          settings.block_size, settings.num_blocks, False, 0, RESERVE_MAX, log_every,
+                          arrival, False)
     return RawRun(*out)
 
 

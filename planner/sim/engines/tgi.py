@@ -7,7 +7,8 @@ from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
-                          settings.num_blocks, settings.chunked_prefill, 0, RESERVE_CHUNKED, log_every)
+                          settings.num_blocks, settings.chunked_prefill, 0, RESERVE_CHUNKED, log_every,
+                          arrival, False)
     return RawRun(*out)
 
 

@@ -16,7 +16,8 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
         max(settings.max_num_batched_tokens, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, TOKENS_PER_BLOCK, blocks, settings.chunked_prefill, 0,
-                          RESERVE_MAX, log_every)
+                          RESERVE_MAX, log_every,
+                          arrival, False)
     return RawRun(*out)
 
 

@@ -1,14 +1,24 @@
 """vLLM V1 (the default): one token budget per step, lazy blocks, recompute preemption of the last admitted."""
 
+import numpy as np
+
 from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
-from planner.sim.kernel import LAZY, simulate_kernel
+from planner.sim.kernel import LAZY, RESERVE_MAX, simulate_kernel
+from planner.sim.prediction import predicted_lengths
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
-    out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
-                          settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
-                          settings.num_blocks, settings.chunked_prefill, settings.long_prefill_token_threshold, LAZY,
-                          log_every)
+    limit, mode, key = reservation_limit(prompt, settings), LAZY, arrival
+    if settings.reserve_quantile or settings.priority != "fcfs":
+        # the seeds' remedies: reserve a predicted output quantile per request; admit the shortest predicted first
+        median, quantile = predicted_lengths(output, settings.reserve_quantile or 0.5)
+        if settings.reserve_quantile:
+            limit, mode = np.minimum(limit, quantile), RESERVE_MAX
+        key = median.astype(float)
+    out = simulate_kernel(arrival, prompt, output, limit, coeffs, settings.max_num_seqs,
+                          settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
+                          settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
+                          settings.priority != "fcfs")
     return RawRun(*out)
 
 
