@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(PY) bench/ingest.py
 	$(PY) bench/fit.py
 	$(PY) bench/memory_vs_vllm.py
+	$(PY) bench/simulate.py
 
 sample: $(STAMP)
 	$(PY) traces/generate_sample.py

@@ -33,6 +33,7 @@ page = st.navigation([
     st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", url_path="overview", default=True),
     st.Page("pages/workload.py", title="Workload", icon=":material/query_stats:", url_path="workload"),
     st.Page("pages/memory.py", title="Memory & capacity", icon=":material/memory:", url_path="memory"),
+    st.Page("pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate"),
     st.Page("pages/traces.py", title="Traces", icon=":material/upload_file:", url_path="traces"),
 ])
 page.run()

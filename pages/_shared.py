@@ -78,3 +78,30 @@ def rate_table(trace_id: str):
 def request_lengths(trace_id: str):
     """Input and output tokens of the trace's non-failed requests."""
     return workload.request_lengths(connection(), trace_id)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def simulation(trace_id: str, params: dict, _model, _gpu):
+    """A simulation's summary plus per-request TTFT and TPOT, cached per trace and parameters (the model's full
+    spec is part of ``params``, so an uploaded config.json caches apart from a preset of the same name)."""
+    from planner.sim.run import engine_settings, simulate, summarize
+    from planner.sim.workload import from_fits, from_trace, synthetic
+
+    remedy = params["remedy"]
+    settings = engine_settings(
+        _model, _gpu, tp=params["tp"], max_num_seqs=params["seqs"], max_num_batched_tokens=params["batched"],
+        chunked_prefill=params["chunked"], preemption=params["preemption"], max_new_tokens=params["max_new"],
+        gpu_memory_utilization=params["util"], max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
+        block_size=params["block"],
+        reserve_quantile={"reserve predicted p75": 0.75, "reserve predicted p95": 0.95}.get(remedy),
+        priority="shortest-predicted" if remedy == "shortest predicted first" else "fcfs")
+    if params["source"] == "synthetic":
+        work = synthetic(params["spec"])
+    elif params["source"] == "trace replay":
+        work = from_trace(connection(), trace_id, rate_scale=params["scale"])
+    else:
+        fits = [workload.fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
+        work = from_fits(*fits, n=10_000, qps=params["qps"])
+    result = simulate(work, _model, _gpu, settings, engine=params["engine"], tp=params["tp"],
+                      kv_cache_dtype=params["kv_dtype"])
+    return summarize(result), result.ttft_s, result.tpot_s

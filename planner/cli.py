@@ -185,7 +185,17 @@ def cmd_simulate(args) -> None:
     if args.rate_scale is not None and args.qps is not None:
         raise PlannerError("give --rate-scale or --qps, not both")
     model, gpu = get_model(args.model), get_gpu(args.gpu)
-    if args.trace:
+    if args.trace and args.fitted:
+        from planner.sim.workload import from_fits
+        from planner.workload import fit_length_field
+
+        if args.qps is None:
+            raise PlannerError("--fitted draws new requests: give their rate with --qps")
+        con = store.open_store(args.db)
+        tid = store.get_trace(con, args.trace).trace_id
+        workload = from_fits(fit_length_field(con, tid, "input_tokens"), fit_length_field(con, tid, "output_tokens"),
+                             args.requests, args.qps, args.arrival_cv, args.seed)
+    elif args.trace:
         workload = from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
                               seed=args.seed)
     else:
@@ -201,6 +211,10 @@ def cmd_simulate(args) -> None:
                       cost=load_params(args.calibration), kv_cache_dtype=args.kv_cache_dtype,
                       progress=_progress_printer(not args.json))
     obj = summarize(result)
+    if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
+        from planner.sim.run import goodput
+
+        obj["goodput_rps"] = goodput(result, args.slo_ttft_ms, args.slo_tpot_ms)
     _emit(args, obj, f"{obj['completed']:,}/{obj['requests']:,} requests in {obj['duration_s']:.1f} s simulated "
                      f"({obj['sim_wall_s']:.2f} s wall): TTFT p50/p99 {obj['ttft_ms']['p50']:.0f}/"
                      f"{obj['ttft_ms']['p99']:.0f} ms, TPOT p50/p99 {obj['tpot_ms']['p50']:.1f}/"
@@ -347,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reserve-predicted", type=float, metavar="Q",
                    help="vllm-v1 remedy: reserve the Q quantile (0.75, 0.95) of a predicted output length")
     p.add_argument("--priority", default="fcfs", help="fcfs or shortest-predicted (vllm-v1 remedy)")
+    p.add_argument("--fitted", action="store_true",
+                   help="with --trace: draw new requests from the trace's fitted length distributions at --qps")
+    p.add_argument("--requests", type=int, default=10_000, help="requests to draw with --fitted")
+    p.add_argument("--arrival-cv", type=float, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")
+    p.add_argument("--slo-ttft-ms", type=float, help="report goodput: requests/s meeting this TTFT")
+    p.add_argument("--slo-tpot-ms", type=float, help="report goodput: requests/s meeting this TPOT")
     p.set_defaults(func=cmd_simulate)
 
     p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")

@@ -64,3 +64,27 @@ def test_simulate_a_stored_trace_time_scaled(tmp_path):
 def test_simulate_errors(tmp_path, args, message):
     proc = run_cli("simulate", *args, *BASE, "--json", db=tmp_path / "s.duckdb", check=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_simulate_page_matches_the_cli(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from helpers import ROOT
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)
+    at.query_params["source"] = "synthetic"
+    at.query_params["spec"] = SPEC
+    at.query_params["max_len"] = "8192"
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    got = {m.label: m.value for m in at.metric}
+    cli = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "cli.duckdb")
+    assert got["Completed"] == "300/300"
+    assert got["TTFT p50 / p99"] == f"{cli['ttft_ms']['p50']:,.0f} / {cli['ttft_ms']['p99']:,.0f} ms"
+    assert got["Output tok/s"] == f"{cli['throughput_tok_s']['output']:,.0f}"
+    at.selectbox(key="engine").set_value("static").run()
+    assert not at.exception and {m.label: m.value for m in at.metric}["Preemptions"] == "0"
+    at.text_input(key="spec").set_value("requests=10,input=5").run()
+    assert "lacks output, qps" in at.error[0].value

@@ -142,3 +142,21 @@ def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[
                        frame["output_tokens"].to_numpy(), f"trace {info.name}")
     as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
     return workload, as_s[0], as_s[1]
+
+
+def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: int = 0) -> SimWorkload:
+    """``n`` requests drawn from fitted length distributions (each fit's best family; a cap the fit censored at
+    becomes the point mass it was in the trace), arriving as a Poisson (``cv`` 1) or gamma renewal process."""
+    rng = np.random.default_rng(seed)
+
+    def draw(fit) -> np.ndarray:
+        dist = next((c.dist for c in fit.candidates if c.dist is not None), None)
+        if dist is None:
+            raise PlannerError("no fitted family converged: cannot draw lengths from the fit")
+        values = np.rint(dist.rvs(size=n, random_state=rng))
+        if fit.censored_at is not None:
+            values = np.minimum(values, fit.censored_at)
+        return np.maximum(values, 1).astype(np.int64)
+    inputs, outputs = draw(input_fit), draw(output_fit)
+    return _sorted(poisson_or_gamma(n, qps, rng, cv), inputs, outputs,
+                   f"fitted lengths ({input_fit.best} / {output_fit.best}) at {qps:g} req/s")
