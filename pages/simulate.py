@@ -36,7 +36,7 @@ if source != "synthetic" and info is None:
     st.info("Select a trace in the sidebar, or use a synthetic workload.")
     st.stop()
 
-params = {"model": s["model"].name, "gpu": s["gpu"].name, "price": s["gpu"].price_per_hour, "tp": s["tp"], "util": s["gpu_memory_utilization"],
+params = {"model": s["model"].name, "gpu": s["gpu"].name, "tp": s["tp"], "util": s["gpu_memory_utilization"],
           "max_len": s["max_model_len"], "kv_dtype": s["kv_cache_dtype"], "block": s["block_size"],
           "engine": engine, "seqs": int(seqs) or None, "batched": int(batched) or None,
           "max_new": int(max_new) or None, "chunked": chunked, "preemption": preemption, "remedy": remedy,

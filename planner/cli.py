@@ -12,10 +12,13 @@ import math
 import os
 import sys
 from dataclasses import replace
-from typing import Any
 
 from planner import store
 from planner.errors import PlannerError
+from planner.cli_sim import add_simulation_commands
+from planner.cli_output import clean as _clean
+from planner.cli_output import emit as _emit
+from planner.cli_output import progress_printer as _progress_printer
 from planner.sources import FORMATS, Dialect
 
 
@@ -27,37 +30,6 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
             raise PlannerError(f"{flag} {item!r}: expected FIELD=VALUE")
         out[key.strip()] = value.strip()
     return out
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def _emit(args, obj: dict, human: str) -> None:
-    if args.json:
-        print(json.dumps(_clean(obj)))
-    else:
-        print(human)
-
-
-def _progress_printer(enabled: bool):
-    if not enabled:
-        return None
-    last = {"pct": -10}
-
-    def show(fraction: float, message: str) -> None:
-        pct = int(fraction * 100)
-        if pct >= last["pct"] + 10 or fraction >= 1.0:
-            last["pct"] = pct
-            print(f"[{pct:3d}%] {message}", file=sys.stderr, flush=True)
-    return show
 
 
 def cmd_ingest(args) -> None:
@@ -160,94 +132,6 @@ def cmd_memory(args) -> None:
     _emit(args, obj, human)
 
 
-def cmd_step(args) -> None:
-    from planner.cost_model import load_params, parse_decode, parse_prefill, predict_step
-    from planner.hardware import get_gpu
-    from planner.model_catalog import get_model
-
-    prefills = [chunk for spec in args.prefill or [] for chunk in parse_prefill(spec)]
-    decodes = [parse_decode(spec) for spec in args.decode or []]
-    obj = predict_step(get_model(args.model), get_gpu(args.gpu), prefills, decodes, tp=args.tp,
-                       params=load_params(args.calibration), kv_cache_dtype=args.kv_cache_dtype)
-    _emit(args, obj, f"{obj['step_ms']:.3f} ms ({obj['bound']}-bound): compute {obj['compute_ms']:.3f} ms, memory "
-                     f"{obj['memory_ms']:.3f} ms, overheads {obj['overhead_ms']:.3f} ms")
-
-
-def cmd_simulate(args) -> None:
-    from planner.cost_model import load_params
-    from planner.hardware import get_gpu
-    from planner.model_catalog import get_model
-    from planner.sim.run import engine_settings, simulate, summarize
-    from planner.sim.workload import from_trace, synthetic
-
-    if bool(args.trace) == bool(args.synthetic):
-        raise PlannerError("give exactly one of --trace TRACE or --synthetic SPEC")
-    if args.rate_scale is not None and args.qps is not None:
-        raise PlannerError("give --rate-scale or --qps, not both")
-    model, gpu = get_model(args.model), get_gpu(args.gpu)
-    if args.trace and args.fitted:
-        from planner.sim.workload import from_fits
-        from planner.workload import fit_length_field
-
-        if args.qps is None:
-            raise PlannerError("--fitted draws new requests: give their rate with --qps")
-        con = store.open_store(args.db)
-        tid = store.get_trace(con, args.trace).trace_id
-        workload = from_fits(fit_length_field(con, tid, "input_tokens"), fit_length_field(con, tid, "output_tokens"),
-                             args.requests, args.qps, args.arrival_cv, args.seed)
-    elif args.trace:
-        workload = from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
-                              seed=args.seed)
-    else:
-        workload = synthetic(args.synthetic + ("" if "seed=" in args.synthetic else f",seed={args.seed}"))
-    settings = engine_settings(model, gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
-                               max_num_batched_tokens=args.max_num_batched_tokens,
-                               chunked_prefill=not args.no_chunked_prefill, preemption=args.preemption,
-                               max_new_tokens=args.max_new_tokens, gpu_memory_utilization=args.gpu_mem_util,
-                               max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype,
-                               block_size=args.block_size, reserve_quantile=args.reserve_predicted,
-                               priority=args.priority)
-    result = simulate(workload, model, gpu, settings, engine=args.engine, tp=args.tp,
-                      cost=load_params(args.calibration), kv_cache_dtype=args.kv_cache_dtype,
-                      progress=_progress_printer(not args.json))
-    obj = summarize(result)
-    if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
-        from planner.sim.run import goodput
-
-        obj["goodput_rps"] = goodput(result, args.slo_ttft_ms, args.slo_tpot_ms)
-    _emit(args, obj, f"{obj['completed']:,}/{obj['requests']:,} requests in {obj['duration_s']:.1f} s simulated "
-                     f"({obj['sim_wall_s']:.2f} s wall): TTFT p50/p99 {obj['ttft_ms']['p50']:.0f}/"
-                     f"{obj['ttft_ms']['p99']:.0f} ms, TPOT p50/p99 {obj['tpot_ms']['p50']:.1f}/"
-                     f"{obj['tpot_ms']['p99']:.1f} ms, {obj['throughput_tok_s']['output']:,.0f} output tok/s, "
-                     f"{obj['preemptions']} preemptions{', SATURATED' if obj['saturated'] else ''}")
-
-
-def cmd_calibrate(args) -> None:
-    from planner import calibration
-    from planner.hardware import get_gpu
-    from planner.model_catalog import get_model
-
-    if bool(args.points) == bool(args.trace):
-        raise PlannerError("give exactly one of --points CSV or --trace TRACE")
-    model, gpu = get_model(args.model), get_gpu(args.gpu)
-    if args.points:
-        report = calibration.fit_points(model, gpu, args.tp, calibration.read_points(args.points))
-    else:
-        from planner.sim.run import engine_settings
-        from planner.sim.workload import measured_latencies
-
-        workload, ttft, tpot = measured_latencies(store.open_store(args.db), args.trace)
-        settings = engine_settings(model, gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
-                                   max_num_batched_tokens=args.max_num_batched_tokens,
-                                   max_model_len=args.max_model_len)
-        report = calibration.fit_trace(model, gpu, args.tp, workload, ttft, tpot, settings)
-    calibration.save(report, args.output, model, gpu, args.tp)
-    obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
-           "max_abs_error": report["max_abs_error"], "source": report["source"]}
-    _emit(args, obj, f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
-          + f"; MAPE {report['mape']:.2%}")
-
-
 def cmd_rejects(args) -> None:
     con = store.open_store(args.db)
     info = store.get_trace(con, args.trace)
@@ -327,59 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", help="SEQUENCESxTOKENS: smallest TP that holds the model with room for them")
     p.set_defaults(func=cmd_memory)
 
-    p = command("step", "predicted time of one engine iteration (roofline cost model)")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--prefill", action="append", metavar="SPEC",
-                   help="TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT (repeatable)")
-    p.add_argument("--decode", action="append", metavar="COUNTxCONTEXT", help="decoding sequences (repeatable)")
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--calibration", help="a file written by `calibrate`")
-    p.set_defaults(func=cmd_step)
-
-    p = command("simulate", "replay a trace or a synthetic workload through a scheduler on a GPU")
-    p.add_argument("--trace", help="trace id or name")
-    p.add_argument("--synthetic", help="requests=N,input=LEN,output=LEN,qps=Q[,arrival=poisson|gamma:CV][,seed=N]")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--engine", default="vllm-v1", help="vllm-v1 (default), vllm-v0, orca, static, tgi, trtllm")
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--no-chunked-prefill", action="store_true")
-    p.add_argument("--preemption", default="recompute", help="recompute or swap (vllm-v0 only)")
-    p.add_argument("--max-new-tokens", type=int, help="truncate outputs (and size reservations) to this")
-    p.add_argument("--rate-scale", type=float, help="replay the trace this many times faster")
-    p.add_argument("--qps", type=float, help="replay the trace at this mean request rate")
-    p.add_argument("--gpu-mem-util", type=float, default=0.9)
-    p.add_argument("--max-model-len", type=int)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--calibration", help="a file written by `calibrate`")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reserve-predicted", type=float, metavar="Q",
-                   help="vllm-v1 remedy: reserve the Q quantile (0.75, 0.95) of a predicted output length")
-    p.add_argument("--priority", default="fcfs", help="fcfs or shortest-predicted (vllm-v1 remedy)")
-    p.add_argument("--fitted", action="store_true",
-                   help="with --trace: draw new requests from the trace's fitted length distributions at --qps")
-    p.add_argument("--requests", type=int, default=10_000, help="requests to draw with --fitted")
-    p.add_argument("--arrival-cv", type=float, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")
-    p.add_argument("--slo-ttft-ms", type=float, help="report goodput: requests/s meeting this TTFT")
-    p.add_argument("--slo-tpot-ms", type=float, help="report goodput: requests/s meeting this TPOT")
-    p.set_defaults(func=cmd_simulate)
-
-    p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--points", help="CSV: prefill_tokens,prefill_count,decode_count,decode_context,step_ms")
-    p.add_argument("--trace", help="a stored trace with TTFT/TPOT (replayed through vllm-v1)")
-    p.add_argument("--max-num-seqs", type=int, help="the measured server's setting (trace mode)")
-    p.add_argument("--max-num-batched-tokens", type=int, help="the measured server's setting (trace mode)")
-    p.add_argument("--max-model-len", type=int)
-    p.add_argument("-o", "--output", required=True, help="calibration file to write")
-    p.set_defaults(func=cmd_calibrate)
+    add_simulation_commands(command)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")
