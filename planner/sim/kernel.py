@@ -220,4 +220,4 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             timeline[rows, 4] = dt
             timeline[rows, 5] = bound
             rows += 1
-    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows]
+    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated, free

@@ -36,6 +36,8 @@ class SimResult:
     steps: int
     timeline: np.ndarray
     sim_wall_s: float
+    generated: np.ndarray
+    free_blocks_at_end: int
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -189,4 +191,4 @@ def simulate(workload: SimWorkload, model: ModelSpec, gpu: GPU, settings: Engine
     final = SimWorkload(work.arrival_s, prompt, output, work.source)
     return SimResult(engine, settings, final, full(raw.first_token, np.nan), full(raw.finish, np.nan),
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, raw.steps, raw.timeline,
-                     wall)
+                     wall, full(raw.generated, 0), raw.free_blocks_at_end)

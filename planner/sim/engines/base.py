@@ -37,6 +37,8 @@ class RawRun:
     rejected: np.ndarray
     steps: int
     timeline: np.ndarray        # rows: time_s, running, waiting, blocks_used, step_s, bound
+    generated: np.ndarray       # output tokens each request produced
+    free_blocks_at_end: int
 
 
 @dataclass(frozen=True)

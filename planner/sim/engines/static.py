@@ -64,7 +64,9 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
                 timeline[rows, 5] = bound
                 rows += 1
         start = end
-    return first_token, finish, first_sched, np.zeros(n, np.int64), rejected, steps, timeline[:rows]
+    generated = np.where(rejected, 0, output)     # every member decodes to its own length (padding aside)
+    return (first_token, finish, first_sched, np.zeros(n, np.int64), rejected, steps, timeline[:rows], generated,
+            num_blocks)
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:

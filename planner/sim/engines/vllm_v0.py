@@ -143,7 +143,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             timeline[rows, 4] = dt
             timeline[rows, 5] = bound
             rows += 1
-    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows]
+    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated, free
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
