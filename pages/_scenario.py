@@ -45,7 +45,8 @@ def scenario() -> dict:
     c = st.columns(4)
     with c[0]:
         model = model_choice()
-    gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", format_func=lambda n: GPUS[n].label, **URL)
+    # no format_func: a bound widget writes its displayed label to the URL, and links should carry preset names
+    gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", **URL)
     tp = c[2].selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tp", **URL,
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
     util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **URL,

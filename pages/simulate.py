@@ -14,7 +14,7 @@ st.title("Simulate")
 s = scenario()
 info = selected_trace()
 c = st.columns(4)
-engine = c[0].selectbox("Engine", list(ENGINES), key="engine", format_func=lambda e: ENGINES[e].label, **URL,
+engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,
                         help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
 seqs = c[1].number_input("max_num_seqs", 0, 100_000, 0, 8, key="seqs", **URL, help="0: vllm serve's default")
 batched = c[2].number_input("max_num_batched_tokens", 0, 1_000_000, 0, 256, key="batched", **URL,

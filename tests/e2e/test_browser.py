@@ -72,3 +72,25 @@ def test_memory_page_link_reproduces_the_scenario(page, server):
     page.wait_for_function("() => window.location.search.includes('memory_view=')", timeout=30_000)
     expect(page.get_by_text("seed 002's procedure")).to_be_visible(timeout=60_000)
     assert not errors, errors
+
+
+def test_simulate_page_link_reproduces_the_run(page, server):
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(server + "/simulate?source=synthetic&engine=static&spec=requests%3D200%2Cinput%3D512%2Coutput%3D128"
+                       "%2Cqps%3D4&max_len=8192")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(metric(page, "Completed")).to_have_text("200/200", timeout=60_000)
+    expect(metric(page, "Preemptions")).to_have_text("0")
+    expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
+    assert "engine=static" in page.url
+    assert not errors, errors
+
+
+def test_preset_names_in_links_survive(page, server):
+    # a bound selectbox with a format_func would put its label in the URL and drop a preset name
+    page.goto(server + "/memory?gpu=h100-sxm&model=qwen2.5-7b")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(metric(page, "KV per token")).to_have_text("56 KiB", timeout=60_000)
+    page.wait_for_timeout(1000)
+    assert "gpu=h100-sxm" in page.url and "model=qwen2.5-7b" in page.url
