@@ -91,7 +91,7 @@ def cmd_calibrate(args) -> None:
         report = calibration.fit_trace(model, gpu, args.tp, workload, ttft, tpot, settings)
     calibration.save(report, args.output, model, gpu, args.tp)
     obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
-           "max_abs_error": report["max_abs_error"], "source": report["source"]}
+           "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"]}
     _emit(args, obj, f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
           + f"; MAPE {report['mape']:.2%}")
 

@@ -124,3 +124,22 @@ def test_calibrate_cli_round_trip(tmp_path):
     with pytest.raises(PlannerError):
         fit_trace(LLAMA8, A100, 1, synthetic("requests=3,input=5,output=5,qps=1"), np.full(3, np.nan),
                   np.full(3, np.nan), engine_settings(LLAMA8, A100, max_model_len=8192))
+
+
+def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
+    truth = CostParams(mfu=0.42, mbu=0.68)
+    work = synthetic("requests=500,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
+    cfg = engine_settings(LLAMA8, A100, max_model_len=8192)
+    replay = simulate(work, LLAMA8, A100, cfg, cost=truth)
+    rows = ["arrival_time,prompt_tokens,completion_tokens,ttft_ms,tpot_ms"]
+    for a, p, o, f, t in zip(work.arrival_s, work.input_tokens, work.output_tokens, replay.ttft_s, replay.tpot_s,
+                             strict=True):
+        rows.append(f"{a:.6f},{p},{o},{f * 1e3:.6f},{'' if np.isnan(t) else f'{t * 1e3:.6f}'}")
+    path = tmp_path / "measured.csv"
+    path.write_text("\n".join(rows) + "\n")
+    db = tmp_path / "c.duckdb"
+    cli_json("ingest", str(path), "--quiet", "--unit", "arrival=s", db=db)
+    obj = cli_json("calibrate", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--trace", "measured",
+                   "--max-model-len", "8192", "-o", str(tmp_path / "cal.json"), db=db)
+    assert obj["params"]["mfu"] == pytest.approx(0.42, rel=0.05) and obj["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
+    assert obj["mape"] < 0.05 and len(obj["residuals"]) == 38
