@@ -86,7 +86,7 @@ def fit_points(model: ModelSpec, gpu: GPU, tp: int, frame: pl.DataFrame, start: 
 
 
 def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray, tpot_s: np.ndarray, settings,
-              start: CostParams | None = None) -> dict:
+              start: CostParams | None = None, engine: str = "vllm-v1") -> dict:
     """Fit MFU and MBU so the simulated replay reproduces the trace's TTFT and TPOT distributions.
 
     The loss compares 19 quantiles (p5-p95) of each, in log: a request's own TTFT jumps when a parameter moves a
@@ -103,7 +103,7 @@ def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray,
     targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
 
     def simulated(params: CostParams) -> dict:
-        result = simulate(workload, model, gpu, settings, tp=tp, cost=params)
+        result = simulate(workload, model, gpu, settings, engine=engine, tp=tp, cost=params)
         return {"ttft": result.ttft_s, "tpot": result.tpot_s}
 
     def loss(log_vec):

@@ -88,7 +88,7 @@ def cmd_calibrate(args) -> None:
         settings = engine_settings(model, gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
                                    max_num_batched_tokens=args.max_num_batched_tokens,
                                    max_model_len=args.max_model_len)
-        report = calibration.fit_trace(model, gpu, args.tp, workload, ttft, tpot, settings)
+        report = calibration.fit_trace(model, gpu, args.tp, workload, ttft, tpot, settings, engine=args.engine)
     calibration.save(report, args.output, model, gpu, args.tp)
     obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"]}
@@ -146,6 +146,7 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--points", help="CSV: prefill_tokens,prefill_count,decode_count,decode_context,step_ms")
     p.add_argument("--trace", help="a stored trace with TTFT/TPOT (replayed through vllm-v1)")
+    p.add_argument("--engine", default="vllm-v1", help="the measured server's scheduler (trace mode)")
     p.add_argument("--max-num-seqs", type=int, help="the measured server's setting (trace mode)")
     p.add_argument("--max-num-batched-tokens", type=int, help="the measured server's setting (trace mode)")
     p.add_argument("--max-model-len", type=int)

@@ -1,0 +1,115 @@
+"""Fidelity: replay real A100 vLLM runs request by request and compare predicted with measured TTFT/TPOT.
+
+Data: DistServe's ground truth (bench/data/distserve_opt13b_a100/, Apache-2.0): vLLM (early-2024 V0 engine)
+serving OPT-13B on one A100-80GB SXM, ShareGPT prompts, Poisson arrivals at 1-4 req/s, per-request arrival,
+lengths, TTFT and TPOT. Three model states are compared: the cost model's defaults; calibrated on the two
+lightest runs' TTFT/TPOT (held out: the 3 and 4 req/s runs); calibrated on DistServe's own fitted A100 iteration
+times for vLLM (``profiler-a100-80g.vllm.json``). Usage: python bench/fidelity.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.calibration import fit_points, fit_trace  # noqa: E402
+from planner.cost_model import CostParams  # noqa: E402
+from planner.hardware import get_gpu  # noqa: E402
+from planner.model_catalog import get_model  # noqa: E402
+from planner.sim.engines import EngineSettings  # noqa: E402
+from planner.sim.run import engine_settings, simulate  # noqa: E402
+from planner.sim.workload import SimWorkload  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100"
+RUNS = ("vllm-100-1", "vllm-200-2", "vllm-300-3", "vllm-400-4")
+TRAIN = RUNS[:2]
+MODEL, GPU = get_model("opt-13b"), get_gpu("a100-80gb-sxm")
+ENGINE = "vllm-v0"      # the measured server predates V1: prefill-priority steps, no chunked prefill
+
+# DistServe's fitted vLLM step times for OPT-13B TP1 on A100-80GB (ms): prefill a + b·ΣL + c·ΣL², decode
+# (batch < 95) a + b·Σcontext + c·batch — simdistserve/estimators/profile_data/profiler-a100-80g.vllm.json
+PREFILL = (23.62736227, 0.15054561, 8.65348374e-06)
+DECODE = (19.562534173678987, 0.0004941120550644942, 0.05060571771697455)
+
+
+def load(run: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
+    frame = pl.read_csv(DATA / f"{run}.csv").sort("arrival_s")
+    work = SimWorkload(frame["arrival_s"].to_numpy(), frame["prompt_len"].to_numpy().astype(np.int64),
+                       frame["output_len"].to_numpy().astype(np.int64), run)
+    tpot = frame["tpot_ms"].to_numpy() / 1e3
+    tpot[work.output_tokens <= 1] = np.nan
+    return work, frame["ttft_ms"].to_numpy() / 1e3, tpot
+
+
+def settings() -> EngineSettings:
+    return engine_settings(MODEL, GPU, max_num_seqs=1024, max_num_batched_tokens=16384, chunked_prefill=False,
+                           gpu_memory_utilization=0.95, max_model_len=2048)
+
+
+def distserve_points() -> pl.DataFrame:
+    rows = []
+    for tokens in (64, 128, 256, 512, 1024, 2048):
+        for count in (1, 2, 4):
+            total = tokens * count
+            rows.append((tokens, count, 0, 0, PREFILL[0] + PREFILL[1] * total + PREFILL[2] * count * tokens**2))
+    for batch in (1, 4, 16, 32, 64, 90):
+        for context in (128, 512, 1024):
+            rows.append((0, 0, batch, context, DECODE[0] + DECODE[1] * batch * context + DECODE[2] * batch))
+    return pl.DataFrame(rows, schema=["prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms"],
+                        orient="row")
+
+
+def compare(params: CostParams, label: str) -> list[dict]:
+    rows = []
+    for run in RUNS:
+        work, ttft, tpot = load(run)
+        result = simulate(work, MODEL, GPU, settings(), engine=ENGINE, cost=params)
+        span = float(np.nanmax(result.finish) - work.arrival_s.min())
+        measured_span = float(np.nanmax(work.arrival_s + ttft + np.nan_to_num(tpot) * (work.output_tokens - 1))
+                              - work.arrival_s.min())
+        for metric, sim, real in (
+                ("TTFT mean", np.nanmean(result.ttft_s), np.nanmean(ttft)),
+                ("TTFT p50", np.nanmedian(result.ttft_s), np.nanmedian(ttft)),
+                ("TTFT p90", np.nanpercentile(result.ttft_s, 90), np.nanpercentile(ttft, 90)),
+                ("TPOT mean", np.nanmean(result.tpot_s), np.nanmean(tpot)),
+                ("TPOT p50", np.nanmedian(result.tpot_s), np.nanmedian(tpot)),
+                ("output tok/s", work.output_tokens.sum() / span, work.output_tokens.sum() / measured_span)):
+            scale = 1e3 if "tok/s" not in metric else 1.0
+            rows.append({"model": label, "run": run, "held_out": run not in TRAIN, "metric": metric,
+                         "measured": real * scale, "predicted": sim * scale, "error": sim / real - 1})
+    return rows
+
+
+def main() -> None:
+    if not DATA.is_dir():
+        sys.exit(f"no data under {DATA}")
+    train = [load(run) for run in TRAIN]
+    work = SimWorkload(np.concatenate([train[0][0].arrival_s, train[1][0].arrival_s + 1e4]),
+                       np.concatenate([w.input_tokens for w, _, _ in train]),
+                       np.concatenate([w.output_tokens for w, _, _ in train]), "train")
+    fitted = fit_trace(MODEL, GPU, 1, work, np.concatenate([t for _, t, _ in train]),
+                       np.concatenate([p for _, _, p in train]), settings(), engine=ENGINE)
+    from_trace = CostParams(**fitted["params"], source="calibrated on the 1 and 2 req/s runs")
+    from_iterations = CostParams(**fit_points(MODEL, GPU, 1, distserve_points())["params"],
+                                 source="calibrated on DistServe's fitted iteration times")
+    rows = compare(CostParams(), "defaults") + compare(from_trace, "trace-calibrated") \
+        + compare(from_iterations, "iteration-calibrated")
+    table = pl.DataFrame(rows)
+    with pl.Config(tbl_rows=200, tbl_width_chars=160, float_precision=3):
+        print(table)
+    print("trace-calibrated params:", {k: round(v, 6) for k, v in fitted["params"].items()})
+    print("iteration-calibrated params:", {k: round(getattr(from_iterations, k), 6)
+                                           for k in ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")})
+    for label in ("defaults", "trace-calibrated", "iteration-calibrated"):
+        part = table.filter((pl.col("model") == label) & pl.col("held_out"))
+        print(f"{label}: held-out median |error| {part['error'].abs().median():.1%}, "
+              f"worst {part['error'].abs().max():.1%}")
+
+
+if __name__ == "__main__":
+    main()
