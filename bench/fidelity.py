@@ -2,14 +2,15 @@
 
 Data: DistServe's ground truth (bench/data/distserve_opt13b_a100/, Apache-2.0): vLLM (early-2024 V0 engine)
 serving OPT-13B on one A100-80GB SXM, ShareGPT prompts, Poisson arrivals at 1-4 req/s, per-request arrival,
-lengths, TTFT and TPOT. Three model states are compared: the cost model's defaults; calibrated on the two
-lightest runs' TTFT/TPOT (held out: the 3 and 4 req/s runs); calibrated on DistServe's own fitted A100 iteration
-times for vLLM (``profiler-a100-80g.vllm.json``). Usage: python bench/fidelity.py
+lengths, TTFT and TPOT. Four model states: the cost model's defaults; calibrated on the 1, 2 and 4 req/s runs'
+TTFT/TPOT (MFU, MBU), and with the KV block pool profiled too; calibrated on DistServe's own fitted A100
+iteration times for vLLM (``profiler-a100-80g.vllm.json``). The 3 req/s run is held out. Usage: python bench/fidelity.py
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from planner.sim.workload import SimWorkload  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100"
 RUNS = ("vllm-100-1", "vllm-200-2", "vllm-300-3", "vllm-400-4")
-TRAIN = RUNS[:2]
+TRAIN = ("vllm-100-1", "vllm-200-2", "vllm-400-4")     # the 3 req/s run is held out
 MODEL, GPU = get_model("opt-13b"), get_gpu("a100-80gb-sxm")
 ENGINE = "vllm-v0"      # the measured server predates V1: prefill-priority steps, no chunked prefill
 
@@ -64,11 +65,12 @@ def distserve_points() -> pl.DataFrame:
                         orient="row")
 
 
-def compare(params: CostParams, label: str) -> list[dict]:
+def compare(params: CostParams, label: str, num_blocks: int | None = None) -> list[dict]:
     rows = []
+    cfg = settings() if num_blocks is None else replace(settings(), num_blocks=num_blocks)
     for run in RUNS:
         work, ttft, tpot = load(run)
-        result = simulate(work, MODEL, GPU, settings(), engine=ENGINE, cost=params)
+        result = simulate(work, MODEL, GPU, cfg, engine=ENGINE, cost=params)
         span = float(np.nanmax(result.finish) - work.arrival_s.min())
         measured_span = float(np.nanmax(work.arrival_s + ttft + np.nan_to_num(tpot) * (work.output_tokens - 1))
                               - work.arrival_s.min())
@@ -89,23 +91,29 @@ def main() -> None:
     if not DATA.is_dir():
         sys.exit(f"no data under {DATA}")
     train = [load(run) for run in TRAIN]
-    work = SimWorkload(np.concatenate([train[0][0].arrival_s, train[1][0].arrival_s + 1e4]),
+    # the training runs back to back, far enough apart not to interact
+    work = SimWorkload(np.concatenate([w.arrival_s + i * 1e4 for i, (w, _, _) in enumerate(train)]),
                        np.concatenate([w.input_tokens for w, _, _ in train]),
                        np.concatenate([w.output_tokens for w, _, _ in train]), "train")
-    fitted = fit_trace(MODEL, GPU, 1, work, np.concatenate([t for _, t, _ in train]),
-                       np.concatenate([p for _, _, p in train]), settings(), engine=ENGINE)
-    from_trace = CostParams(**fitted["params"], source="calibrated on the 1 and 2 req/s runs")
+    ttft = np.concatenate([t for _, t, _ in train])
+    tpot = np.concatenate([p for _, _, p in train])
+    fitted = fit_trace(MODEL, GPU, 1, work, ttft, tpot, settings(), engine=ENGINE)
+    with_pool = fit_trace(MODEL, GPU, 1, work, ttft, tpot, settings(), engine=ENGINE,
+                          blocks_factors=(0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1))
     from_iterations = CostParams(**fit_points(MODEL, GPU, 1, distserve_points())["params"],
                                  source="calibrated on DistServe's fitted iteration times")
-    rows = compare(CostParams(), "defaults") + compare(from_trace, "trace-calibrated") \
-        + compare(from_iterations, "iteration-calibrated")
+    rows = (compare(CostParams(), "defaults") + compare(CostParams(**fitted["params"]), "trace-calibrated")
+            + compare(CostParams(**with_pool["params"]), "trace+KV-calibrated", with_pool["num_blocks"])
+            + compare(from_iterations, "iteration-calibrated"))
     table = pl.DataFrame(rows)
     with pl.Config(tbl_rows=200, tbl_width_chars=160, float_precision=3):
         print(table)
     print("trace-calibrated params:", {k: round(v, 6) for k, v in fitted["params"].items()})
+    print("trace+KV-calibrated params:", {k: round(v, 6) for k, v in with_pool["params"].items()},
+          f"KV blocks {with_pool['num_blocks']:,} (memory plan: {settings().num_blocks:,})")
     print("iteration-calibrated params:", {k: round(getattr(from_iterations, k), 6)
                                            for k in ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")})
-    for label in ("defaults", "trace-calibrated", "iteration-calibrated"):
+    for label in ("defaults", "trace-calibrated", "trace+KV-calibrated", "iteration-calibrated"):
         part = table.filter((pl.col("model") == label) & pl.col("held_out"))
         print(f"{label}: held-out median |error| {part['error'].abs().median():.1%}, "
               f"worst {part['error'].abs().max():.1%}")

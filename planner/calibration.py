@@ -86,13 +86,16 @@ def fit_points(model: ModelSpec, gpu: GPU, tp: int, frame: pl.DataFrame, start: 
 
 
 def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray, tpot_s: np.ndarray, settings,
-              start: CostParams | None = None, engine: str = "vllm-v1") -> dict:
+              start: CostParams | None = None, engine: str = "vllm-v1",
+              blocks_factors: tuple[float, ...] = (1.0,)) -> dict:
     """Fit MFU and MBU so the simulated replay reproduces the trace's TTFT and TPOT distributions.
 
     The loss compares 19 quantiles (p5-p95) of each, in log: a request's own TTFT jumps when a parameter moves a
     step boundary across its arrival, its quantiles do not. The per-step and per-sequence overheads stay at
     ``start``'s values: in decode they are constants beside the weight read, so a trace cannot tell them from
-    MBU (timed iterations can: :func:`fit_points`).
+    MBU (timed iterations can: :func:`fit_points`). ``blocks_factors`` profiles the KV block pool too (each factor
+    scales ``settings.num_blocks``; the best fit wins): worth it when the server's startup log is missing and
+    the trace reaches loads where KV capacity binds. The chosen pool is returned as ``num_blocks``.
     """
     from planner.sim.run import simulate
 
@@ -102,25 +105,34 @@ def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray,
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
     targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
 
-    def simulated(params: CostParams) -> dict:
-        result = simulate(workload, model, gpu, settings, engine=engine, tp=tp, cost=params)
-        return {"ttft": result.ttft_s, "tpot": result.tpot_s}
+    def fit_for(pool) -> tuple[float, CostParams]:
+        def simulated(params: CostParams) -> dict:
+            result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
+            return {"ttft": result.ttft_s, "tpot": result.tpot_s}
 
-    def loss(log_vec):
-        values = np.exp(log_vec)
-        if np.any(values > 1):
-            return 1e6
-        got = simulated(_with(start, _TRACE_PARAMS, values))
-        return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
-                         for name, want in targets))
+        def loss(log_vec):
+            values = np.exp(log_vec)
+            if np.any(values > 1):
+                return 1e6
+            got = simulated(_with(start, _TRACE_PARAMS, values))
+            return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
+                             for name, want in targets))
+        x0 = np.log([getattr(start, k) for k in _TRACE_PARAMS])
+        fit = optimize.minimize(loss, x0, method="Nelder-Mead",
+                                options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
+        return float(fit.fun), _with(start, _TRACE_PARAMS, np.exp(fit.x))
 
-    x0 = np.log([getattr(start, k) for k in _TRACE_PARAMS])
-    fit = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
-    params = _with(start, _TRACE_PARAMS, np.exp(fit.x))
-    got = simulated(params)
+    pools = [replace(settings, num_blocks=max(1, int(settings.num_blocks * f))) for f in blocks_factors]
+    fits = [fit_for(pool) for pool in pools]
+    best = int(np.argmin([loss for loss, _ in fits]))
+    params, pool = fits[best][1], pools[best]
+    result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
+    got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
     measured = np.concatenate([want for _, want in targets]) * 1e3
     predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
-    return _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
+    report = _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
+    report["num_blocks"] = pool.num_blocks
+    return report
 
 
 def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:

@@ -144,3 +144,15 @@ def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
     assert obj["params"]["mfu"] == pytest.approx(0.42, rel=0.05)
     assert obj["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
     assert obj["mape"] < 0.05 and len(obj["residuals"]) == 38
+
+
+def test_trace_calibration_can_profile_the_kv_pool():
+    # a server whose KV pool is 80% of what the memory plan says, at a load where KV binds
+    work = synthetic("requests=600,input=uniform:200:3000,output=uniform:50:600,qps=12,seed=9")
+    planned = engine_settings(LLAMA8, A100, max_model_len=8192, gpu_memory_utilization=0.3)
+    from dataclasses import replace
+    real = replace(planned, num_blocks=int(planned.num_blocks * 0.8))
+    replay = simulate(work, LLAMA8, A100, real, cost=CostParams(mfu=0.42, mbu=0.68))
+    fit = fit_trace(LLAMA8, A100, 1, work, replay.ttft_s, replay.tpot_s, planned, blocks_factors=(0.7, 0.8, 0.9, 1.0))
+    assert fit["num_blocks"] == real.num_blocks
+    assert fit["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
