@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(PY) bench/memory_vs_vllm.py
 	$(PY) bench/simulate.py
 	$(PY) bench/fidelity.py
+	$(PY) bench/recommend.py
 
 sample: $(STAMP)
 	$(PY) traces/generate_sample.py

@@ -96,6 +96,34 @@ def cmd_calibrate(args) -> None:
           + f"; MAPE {report['mape']:.2%}")
 
 
+def cmd_recommend(args) -> None:
+    from planner.cost_model import load_params
+    from planner.fitting.arrivals import peak_summary
+    from planner.hardware import get_gpu
+    from planner.model_catalog import get_model
+    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend
+    from planner.sim.run import engine_settings
+    from planner.sim.workload import from_trace
+
+    model, gpu = get_model(args.model), get_gpu(args.gpu)
+    if args.price is not None:
+        gpu = gpu.with_price(args.price)
+    classes = [parse_slo(text) for text in args.slo] if args.slo else list(DEFAULT_CLASSES)
+    workload = from_trace(store.open_store(args.db), args.trace)
+    settings = engine_settings(model, gpu, tp=args.tp, gpu_memory_utilization=args.gpu_mem_util,
+                               max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype)
+    search = Search(workload, model, gpu, settings, tp=args.tp, cost=load_params(args.calibration),
+                    progress=_progress_printer(not args.quiet))
+    peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if workload.arrival_s[-1] > 60 else None
+    rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
+    obj = {"trace": args.trace, "model": model.name, "gpu": gpu.name, "tp": args.tp, "peak_rate_rps": peak,
+           "trace_rate_rps": search.base_rate, "simulations": search.simulations, "classes": rows}
+    lines = [f"{r['name']:12s} {'ok ' if r['feasible'] else 'NO '} qps/replica {r['max_qps_per_replica']:.2f} "
+             f"replicas {r['replicas_for_peak']}  vllm serve {model.hf_id or model.name} {r['vllm_args']}"
+             for r in rows]
+    _emit(args, obj, "\n".join(lines))
+
+
 def add_simulation_commands(command) -> None:
     """Register ``step``, ``simulate`` and ``calibrate`` with the CLI's ``command(name, help)`` factory."""
     p = command("step", "predicted time of one engine iteration (roofline cost model)")
@@ -152,3 +180,19 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("-o", "--output", required=True, help="calibration file to write")
     p.set_defaults(func=cmd_calibrate)
+
+    p = command("recommend", "per SLO class: the vLLM settings that sustain the most requests/s on the trace")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
+                   help="e.g. chat:ttft_p99<300 (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
+    p.add_argument("--gpu-mem-util", type=float, default=0.9)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
+    p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
+    p.add_argument("--calibration", help="a file written by `calibrate`")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_recommend)

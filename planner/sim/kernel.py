@@ -32,14 +32,16 @@ def _reserved_tokens(mode, prompt, generated, max_new):
 
 @numba.njit(cache=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
-                    chunked, long_prefill, mode, log_every, key, by_key):
+                    chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s=np.inf):
     """Run the trace; returns per-request times and counters plus a sampled timeline.
 
     Returns
     -------
     tuple
-        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline`` where timeline rows are
-        ``(time_s, running, waiting, blocks_used, step_s, bound)`` every ``log_every`` steps.
+        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free`` where
+        timeline rows are ``(time_s, running, waiting, blocks_used, step_s, bound)`` every ``log_every`` steps.
+        With a finite ``abort_wait_s`` the run stops once the oldest waiting request has waited longer; the
+        requests not finished by then keep NaN times.
     """
     n = arrival.shape[0]
     first_token = np.full(n, np.nan)
@@ -70,6 +72,8 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         if run_count == 0 and size == 0:
             t = arrival[next_arrival]
             continue
+        if size > 0 and t - arrival[queue[head]] > abort_wait_s:
+            break      # a caller that only needs to know the queue blew past a bound stops here
         budget = token_budget
         preempted = False
         ns = 0

@@ -24,6 +24,7 @@ class EngineSettings:
     swap_s_per_block: float = 0.0     # seconds to move one block (all layers) between GPU and host
     reserve_quantile: float | None = None   # vllm-v1 remedy: reserve this quantile of a predicted output length
     priority: str = "fcfs"            # or "shortest-predicted" (vllm-v1 remedy)
+    abort_wait_s: float = float("inf")  # vllm-v1: stop once a request has waited this long (search pruning)
 
 
 @dataclass(frozen=True)

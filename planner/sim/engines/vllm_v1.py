@@ -18,7 +18,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, limit, coeffs, settings.max_num_seqs,
                           settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
-                          settings.priority != "fcfs")
+                          settings.priority != "fcfs", settings.abort_wait_s)
     return RawRun(*out)
 
 

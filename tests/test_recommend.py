@@ -1,0 +1,86 @@
+"""Recommendations: the seed's directions, SLOs met at the recommended rate, infeasibility, the CLI contract."""
+
+import numpy as np
+import pytest
+
+from helpers import cli_json, run_cli
+from planner.hardware import get_gpu
+from planner.model_catalog import get_model
+from planner.recommend import DEFAULT_CLASSES, SLOClass, Search, meets, parse_slo, recommend
+from planner.samples import SAMPLE_PATH
+from planner.sim.run import engine_settings, simulate
+from planner.sim.workload import synthetic
+
+MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+
+
+@pytest.fixture(scope="module")
+def seed_search():
+    # the seed scenario: 512 input tokens, 64-1024 output tokens, Poisson arrivals
+    work = synthetic("requests=1200,input=512,output=uniform:64:1024,qps=2,seed=4")
+    return Search(work, MODEL, GPU, engine_settings(MODEL, GPU, max_model_len=8192))
+
+
+@pytest.fixture(scope="module")
+def seed_rows(seed_search):
+    return recommend(seed_search, DEFAULT_CLASSES, peak_rate_rps=4.0)
+
+
+def test_classes_trade_rate_for_latency_on_the_seed_scenario(seed_rows):
+    by = {r["name"]: r for r in seed_rows}
+    assert all(r["feasible"] for r in seed_rows)
+    # the throughput class sustains the most; each latency class gives rate up for its bound
+    assert by["throughput"]["max_qps_per_replica"] >= by["tpot"]["max_qps_per_replica"] \
+        > by["ttft"]["max_qps_per_replica"]
+    # decode-bound TPOT wants short steps: a smaller token budget than the TTFT class, which wants prompts done
+    assert by["tpot"]["config"]["max_num_batched_tokens"] < by["ttft"]["config"]["max_num_batched_tokens"]
+    # with 450k KV tokens nothing is preempted, so more sequences never hurt here: the seed's small-batch advice
+    # (from a KV-starved server) does not emerge, and no class is pushed below the largest batch
+    assert {r["config"]["max_num_seqs"] for r in seed_rows} == {256}
+
+
+def test_every_recommendation_meets_its_slo_at_its_rate(seed_search, seed_rows):
+    from dataclasses import replace
+
+    for row, slo in zip(seed_rows, DEFAULT_CLASSES, strict=True):
+        scale = row["max_qps_per_replica"] / seed_search.base_rate
+        work = replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / scale)
+        cfg = replace(seed_search.base, max_num_seqs=row["config"]["max_num_seqs"],
+                      max_num_batched_tokens=row["config"]["max_num_batched_tokens"])
+        result = simulate(work, MODEL, GPU, cfg)
+        assert meets(result, slo), row["name"]
+        if slo.metric:
+            assert row["predicted"][slo.metric]["p99"] <= slo.limit_ms
+        assert row["replicas_for_peak"] == int(np.ceil(4.0 / row["max_qps_per_replica"]))
+        assert row["vllm_args"].startswith(f"--max-num-seqs {row['config']['max_num_seqs']} --max-num-batched-tokens ")
+
+
+def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
+    (row,) = recommend(seed_search, [SLOClass("impossible", "ttft", 99, 1.0)], peak_rate_rps=4.0)
+    assert not row["feasible"] and row["max_qps_per_replica"] == 0 and row["replicas_for_peak"] is None
+    assert row["predicted"]["ttft"]["p99"] > 1.0          # the closest it gets, reported
+
+
+def test_parse_slo():
+    assert parse_slo("chat:ttft_p99<300") == SLOClass("chat", "ttft", 99.0, 300.0)
+    assert parse_slo("batch:e2e_p90<60000").key == "e2e_p90_ms"
+    with pytest.raises(Exception, match="NAME:METRIC<VALUE"):
+        parse_slo("ttft<200")
+
+
+def test_recommend_cli_contract(tmp_path):
+    db = tmp_path / "r.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    obj = cli_json("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm",
+                   "--max-model-len", "8192", "--quiet", "--slo", "chat:ttft_p99<3000", "--slo", "batch:e2e_p99<900000",
+                   db=db)
+    assert [c["name"] for c in obj["classes"]] == ["chat", "batch"]
+    for c in obj["classes"]:
+        assert {"name", "slo", "feasible", "config", "max_qps_per_replica", "replicas_for_peak", "predicted",
+                "vllm_args"} <= c.keys()
+        assert set(c["config"]) >= {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"}
+        assert "p99" in c["predicted"]["ttft"] and "p99" in c["predicted"]["tpot"]
+    assert obj["classes"][0]["slo"] == {"ttft_p99_ms": 3000.0}
+    bad = run_cli("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--slo", "x",
+                  "--json", db=db, check=False)
+    assert bad.returncode == 2 and "NAME:METRIC<VALUE" in bad.stderr
