@@ -34,6 +34,7 @@ page = st.navigation([
     st.Page("pages/workload.py", title="Workload", icon=":material/query_stats:", url_path="workload"),
     st.Page("pages/memory.py", title="Memory & capacity", icon=":material/memory:", url_path="memory"),
     st.Page("pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate"),
+    st.Page("pages/recommend.py", title="Recommend", icon=":material/recommend:", url_path="recommend"),
     st.Page("pages/traces.py", title="Traces", icon=":material/upload_file:", url_path="traces"),
 ])
 page.run()

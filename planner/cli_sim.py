@@ -116,6 +116,11 @@ def cmd_recommend(args) -> None:
                     progress=_progress_printer(not args.quiet))
     peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if workload.arrival_s[-1] > 60 else None
     rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
+    if args.details:
+        from planner.diagnosis import class_details
+
+        for row, slo in zip(rows, classes, strict=True):
+            row["details"] = class_details(search, row, slo, classes)
     obj = {"trace": args.trace, "model": model.name, "gpu": gpu.name, "tp": args.tp, "peak_rate_rps": peak,
            "trace_rate_rps": search.base_rate, "simulations": search.simulations, "classes": rows}
     lines = [f"{r['name']:12s} {'ok ' if r['feasible'] else 'NO '} qps/replica {r['max_qps_per_replica']:.2f} "
@@ -195,4 +200,6 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
     p.add_argument("--calibration", help="a file written by `calibrate`")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--details", action="store_true",
+                   help="add knob sweeps, the Pareto front, a tornado of ±20%% changes and the diagnosis per class")
     p.set_defaults(func=cmd_recommend)

@@ -165,7 +165,9 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
             scale, result = search.max_scale(s, b, slo, caps[(s, b)])
             best = max(best, scale)
             grid.append({"max_num_seqs": s, "max_num_batched_tokens": b, "max_qps": scale * search.base_rate,
-                         "result": result, "pruned": False})
+                         "scale": scale, "result": result, "pruned": False,
+                         "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
+                         "throughput_tok_s": _output_rate(result) if result else None})
             if search.progress:
                 done = 0.2 + 0.8 * (ci + (i + 1) / len(configs)) / len(classes)
                 search.progress(done, f"{slo.name}: max_num_seqs {s}, budget {b}")
@@ -196,7 +198,7 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
            "enable_chunked_prefill": search.base.chunked_prefill}
     qps = best["max_qps"]
     replicas = math.ceil(peak * headroom / qps) if feasible and peak else None
-    out_tok_s = float(result.workload.output_tokens.sum() / max(np.nanmax(result.finish), 1e-9)) if result else 0.0
+    out_tok_s = _output_rate(result) if result else 0.0
     price = search.gpu.price_per_hour * search.tp
     return {
         "name": slo.name, "slo": slo.as_dict(), "feasible": feasible, "config": cfg,
@@ -207,9 +209,15 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         "throughput_tok_s": out_tok_s,
         "cost_per_hour": price * replicas if replicas else None,
         "cost_per_million_output_tokens": price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
-        "vllm_args": vllm_args(cfg, search),
+        "vllm_args": vllm_args(cfg, search), "scale": best.get("scale", 0.0),
         "grid": [{k: v for k, v in g.items() if k != "result"} for g in grid],
     }
+
+
+def _output_rate(result: SimResult) -> float:
+    done = np.isfinite(result.finish)
+    span = float(np.nanmax(result.finish) - result.workload.arrival_s.min()) if done.any() else 0.0
+    return float(result.workload.output_tokens[done].sum() / span) if span > 0 else 0.0
 
 
 def _capacity_floor(search: Search, g: dict) -> float:

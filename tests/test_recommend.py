@@ -84,3 +84,38 @@ def test_recommend_cli_contract(tmp_path):
     bad = run_cli("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--slo", "x",
                   "--json", db=db, check=False)
     assert bad.returncode == 2 and "NAME:METRIC<VALUE" in bad.stderr
+
+
+def test_details_explain_and_sweep(seed_search, seed_rows):
+    from planner.diagnosis import class_details
+
+    row, slo = seed_rows[1], DEFAULT_CLASSES[1]                   # the TPOT class
+    details = class_details(seed_search, row, slo, list(DEFAULT_CLASSES))
+    assert details["diagnosis"] and all(isinstance(n, str) for n in details["diagnosis"])
+    rate = details["sweeps"]["rate"]
+    assert [p["rate_rps"] for p in rate] == sorted(p["rate_rps"] for p in rate)
+    assert rate[-1]["tpot_p99_ms"] >= rate[0]["tpot_p99_ms"]      # more load, slower decoding
+    front = details["pareto"]
+    assert all(a["throughput_tok_s"] >= b["throughput_tok_s"] and a["ttft_p99_ms"] > b["ttft_p99_ms"]
+               for a, b in zip(front, front[1:]))                  # each step down in throughput buys latency
+    tornado = {(r["factor"], r["change"]): r["value_ms"] for r in details["tornado"]}
+    assert tornado[("arrival rate", "+20%")] >= tornado[("arrival rate", "-20%")]
+
+
+def test_recommend_page(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from helpers import ROOT
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["max_len"] = "8192"
+    at.query_params["slos"] = "chat:ttft_p99<3000"
+    at.run()
+    at.switch_page("pages/recommend.py").run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "req/s per replica" in d.value.columns)
+    assert list(table["class"]) == ["chat", "throughput"]
+    assert any(c.value.startswith("vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs") for c in at.code)
+    at.text_input(key="slos").set_value("nonsense").run()
+    assert "NAME:METRIC<VALUE" in at.error[0].value

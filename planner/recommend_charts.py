@@ -1,0 +1,51 @@
+"""Chart builders for recommendations: knob sweeps with SLO lines, the Pareto front and a tornado chart."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+METRICS = {"ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "throughput_tok_s": "output tok/s"}
+
+
+def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
+                slo_lines: dict[str, float] | None = None) -> alt.HConcatChart:
+    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value."""
+    frame = pl.DataFrame(points)
+    panels = []
+    for column, title in METRICS.items():
+        base = alt.Chart(frame).mark_line(point=True).encode(
+            x=alt.X(f"{knob}:Q", scale=alt.Scale(type="log"), title=knob),
+            y=alt.Y(f"{column}:Q", title=title),
+            tooltip=[alt.Tooltip(f"{knob}:Q"), alt.Tooltip(f"{column}:Q", format=",.1f")])
+        layers = [base]
+        if slo_lines and column in slo_lines:
+            layers.append(alt.Chart(pl.DataFrame({"y": [slo_lines[column]]})).mark_rule(
+                strokeDash=[4, 3], color="firebrick").encode(y="y:Q"))
+        if chosen is not None:
+            layers.append(alt.Chart(pl.DataFrame({"x": [float(chosen)]})).mark_rule(color="gray").encode(x="x:Q"))
+        panels.append(alt.layer(*layers).properties(width=220, height=180))
+    return alt.hconcat(*panels)
+
+
+def pareto_chart(points: list[dict], front: list[dict]) -> alt.LayerChart:
+    """Throughput against TTFT p99 for every configuration at its sustainable rate; the front highlighted."""
+    frame = pl.DataFrame(points).with_columns(
+        pl.format("{}×{}", "max_num_seqs", "max_num_batched_tokens").alias("config"))
+    dots = alt.Chart(frame).mark_point(filled=True, opacity=0.5).encode(
+        x=alt.X("ttft_p99_ms:Q", scale=alt.Scale(type="log"), title="TTFT p99 (ms)"),
+        y=alt.Y("throughput_tok_s:Q", title="output tok/s"), tooltip=["config:N", "ttft_p99_ms:Q",
+                                                                      "throughput_tok_s:Q"])
+    line = alt.Chart(pl.DataFrame(front)).mark_line(color="firebrick").encode(x="ttft_p99_ms:Q",
+                                                                              y="throughput_tok_s:Q")
+    return alt.layer(dots, line).properties(height=260)
+
+
+def tornado_chart(rows: list[dict]) -> alt.Chart:
+    """How far ±20% in rate, output length and burstiness move the class's metric."""
+    frame = pl.DataFrame(rows).with_columns((pl.col("value_ms") - pl.col("baseline_ms")).alias("delta_ms"))
+    return alt.Chart(frame).mark_bar().encode(
+        y=alt.Y("factor:N", title=None), x=alt.X("delta_ms:Q", title="change of the SLO metric (ms)"),
+        color=alt.Color("change:N", title=None),
+        tooltip=["factor:N", "change:N", alt.Tooltip("value_ms:Q", format=",.0f"),
+                 alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=140)
