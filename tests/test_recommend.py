@@ -97,7 +97,7 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     assert rate[-1]["tpot_p99_ms"] >= rate[0]["tpot_p99_ms"]      # more load, slower decoding
     front = details["pareto"]
     assert all(a["throughput_tok_s"] >= b["throughput_tok_s"] and a["ttft_p99_ms"] > b["ttft_p99_ms"]
-               for a, b in zip(front, front[1:]))                  # each step down in throughput buys latency
+               for a, b in zip(front, front[1:], strict=False))    # each step down in throughput buys latency
     tornado = {(r["factor"], r["change"]): r["value_ms"] for r in details["tornado"]}
     assert tornado[("arrival rate", "+20%")] >= tornado[("arrival rate", "-20%")]
 
