@@ -23,14 +23,16 @@ def _point(result: SimResult, **extra) -> dict:
             if span > 0 else 0.0, "preemptions": int(result.preemptions.sum())}
 
 
-def knob_sweeps(search: Search, seqs: int, budget: int, scale: float) -> dict:
-    """Metric against ``max_num_seqs``, ``max_num_batched_tokens`` and request rate around a configuration."""
+def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> dict:
+    """Metric against ``max_num_seqs``, ``max_num_batched_tokens`` (chunked prefill on) and request rate around a
+    configuration."""
     rate = search.base_rate
     return {
-        "max_num_seqs": [_point(search.run(s, budget, scale), max_num_seqs=s) for s in SEQS_GRID],
+        "max_num_seqs": [_point(search.run(s, budget, scale, chunked), max_num_seqs=s) for s in SEQS_GRID],
         "max_num_batched_tokens": [_point(search.run(seqs, b, scale), max_num_batched_tokens=b)
                                    for b in BUDGET_GRID if b >= seqs],
-        "rate": [_point(search.run(seqs, budget, scale * f), rate_rps=rate * scale * f) for f in LOAD_STEPS],
+        "rate": [_point(search.run(seqs, budget, scale * f, chunked), rate_rps=rate * scale * f)
+                 for f in LOAD_STEPS],
     }
 
 
@@ -45,11 +47,12 @@ def pareto(grid_points: list[dict]) -> list[dict]:
     return front
 
 
-def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass, seed: int = 0) -> list[dict]:
+def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass, chunked: bool = True,
+            seed: int = 0) -> list[dict]:
     """The class's metric with ±20% arrival rate, mean output length and burstiness (arrival CV)."""
     metric = slo.metric or "e2e"
-    base = _metric_ms(search.run(seqs, budget, scale), metric, slo.percentile)
-    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget)
+    base = _metric_ms(search.run(seqs, budget, scale, chunked), metric, slo.percentile)
+    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
     work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
     gaps = np.diff(work.arrival_s)
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
@@ -71,12 +74,13 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
     return rows
 
 
-def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SLOClass]) -> list[str]:
+def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SLOClass],
+             chunked: bool = True) -> list[str]:
     """Plain sentences: what breaks first as load rises, what binds, and whether length-aware scheduling helps."""
     notes = []
     first, never = {}, []
     for i, factor in enumerate(LOAD_STEPS):
-        result = search.run(seqs, budget, scale * factor)
+        result = search.run(seqs, budget, scale * factor, chunked)
         for slo in slos:
             if not slo.metric or slo.name in first or slo.name in never:
                 continue
@@ -91,7 +95,7 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     if never:
         verb = "is" if len(never) == 1 else "are"
         notes.append(f"With these settings {', '.join(never)} {verb} not met even at half this rate.")
-    result = search.run(seqs, budget, scale)
+    result = search.run(seqs, budget, scale, chunked)
     timeline = result.timeline
     if timeline.size:
         kv_peak = float(timeline[:, 3].max() / search.base.num_blocks)
@@ -110,7 +114,8 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     cv = float(outputs.std() / outputs.mean()) if outputs.mean() else 0.0
     if cv > 0.8:
         work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
-        cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, priority="shortest-predicted")
+        cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
+                      priority="shortest-predicted")
         ranked = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
         search.simulations += 1
         before, after = _metric_ms(result, "ttft", 50), _metric_ms(ranked, "ttft", 50)
@@ -125,8 +130,9 @@ def class_details(search: Search, row: dict, slo: SLOClass, slos: list[SLOClass]
     if not row["feasible"]:
         return {"diagnosis": [f"No configuration meets {slo.name} on this trace; the closest is shown."]}
     seqs, budget = row["config"]["max_num_seqs"], row["config"]["max_num_batched_tokens"]
+    chunked = row["config"]["enable_chunked_prefill"]
     points = [g for g in row["grid"] if g.get("ttft_p99_ms") is not None]
-    return {"sweeps": knob_sweeps(search, seqs, budget, row["scale"]),
+    return {"sweeps": knob_sweeps(search, seqs, budget, row["scale"], chunked),
             "pareto": pareto(points), "points": points,
-            "tornado": tornado(search, seqs, budget, row["scale"], slo),
-            "diagnosis": diagnose(search, seqs, budget, row["scale"], slos)}
+            "tornado": tornado(search, seqs, budget, row["scale"], slo, chunked),
+            "diagnosis": diagnose(search, seqs, budget, row["scale"], slos, chunked)}

@@ -99,38 +99,39 @@ class Search:
         span = float(self.workload.arrival_s[-1] - self.workload.arrival_s[0])
         self.base_rate = (self.workload.n - 1) / span if span > 0 else math.inf
 
-    def run(self, seqs: int, budget: int, scale: float) -> SimResult:
-        key = (seqs, budget, round(scale, 6))
+    def run(self, seqs: int, budget: int, scale: float, chunked: bool = True) -> SimResult:
+        key = (seqs, budget, chunked, round(scale, 6))
         if key not in self.cache:
             work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
             # a request waiting past the queueing bound already fails every class: stop that replay there
-            cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget,
+            cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                           abort_wait_s=MAX_QUEUE_P99_S * 20)
             self.cache[key] = simulate(work, self.model, self.gpu, cfg, tp=self.tp, cost=self.cost)
             self.simulations += 1
         return self.cache[key]
 
-    def max_scale(self, seqs: int, budget: int, slo: SLOClass, hi: float) -> tuple[float, SimResult | None]:
+    def max_scale(self, seqs: int, budget: int, chunked: bool, slo: SLOClass,
+                  hi: float) -> tuple[float, SimResult | None]:
         """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds, by bisection in log."""
         lo_scale = hi / 64
-        if not meets(self.run(seqs, budget, lo_scale), slo):
+        if not meets(self.run(seqs, budget, lo_scale, chunked), slo):
             return 0.0, None
-        if meets(self.run(seqs, budget, hi), slo):
-            return hi, self.run(seqs, budget, hi)
+        if meets(self.run(seqs, budget, hi, chunked), slo):
+            return hi, self.run(seqs, budget, hi, chunked)
         lo, top = math.log(lo_scale), math.log(hi)
         for _ in range(BISECTION_STEPS):
             mid = (lo + top) / 2
-            if meets(self.run(seqs, budget, math.exp(mid)), slo):
+            if meets(self.run(seqs, budget, math.exp(mid), chunked), slo):
                 lo = mid
             else:
                 top = mid
-        return math.exp(lo), self.run(seqs, budget, math.exp(lo))
+        return math.exp(lo), self.run(seqs, budget, math.exp(lo), chunked)
 
 
-def _capacity_scale(search: Search, seqs: int, budget: int) -> float:
+def _capacity_scale(search: Search, seqs: int, budget: int, chunked: bool = True) -> float:
     """An upper bound on the sustainable scale: the completion rate with every request queued at once."""
     work = replace(search.workload, arrival_s=np.zeros(search.workload.n))
-    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget)
+    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
     result = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
     search.simulations += 1
     duration = float(np.nanmax(result.finish))
@@ -138,7 +139,8 @@ def _capacity_scale(search: Search, seqs: int, budget: int) -> float:
 
 
 def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | None = None,
-              headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID) -> list[dict]:
+              headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
+              chunked_off: bool = True) -> list[dict]:
     """For each SLO class, the grid configuration with the highest sustainable rate, and what it implies.
 
     Returns
@@ -147,26 +149,28 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
         Per class: ``name, slo, feasible, config, max_qps_per_replica, replicas_for_peak, gpus, predicted,
         vllm_args`` (CONTRACT.md), plus cost figures and the evaluated grid.
     """
-    configs = [(s, b) for s in seqs_grid for b in budget_grid if b >= s]
+    # chunked prefill on over the budget grid; off with the budget vLLM then requires (max_model_len)
+    configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
+    if chunked_off:
+        configs += [(s, search.base.max_model_len, False) for s in seqs_grid]
     caps = {}
-    for i, (s, b) in enumerate(configs):
-        caps[(s, b)] = _capacity_scale(search, s, b)
+    for i, (s, b, c) in enumerate(configs):
+        caps[(s, b, c)] = _capacity_scale(search, s, b, c)
         if search.progress:
             search.progress(0.2 * (i + 1) / len(configs), f"capacity of max_num_seqs {s}, budget {b}")
     out = []
     by_capacity = sorted(configs, key=lambda c: -caps[c])
     for ci, slo in enumerate(classes):
         grid, best = [], 0.0
-        for i, (s, b) in enumerate(by_capacity):
-            if caps[(s, b)] <= best:      # its capacity bound cannot beat the best found: cut the branch
-                grid.append({"max_num_seqs": s, "max_num_batched_tokens": b, "max_qps": None, "result": None,
-                             "pruned": True})
+        for i, (s, b, c) in enumerate(by_capacity):
+            entry = {"max_num_seqs": s, "max_num_batched_tokens": b, "enable_chunked_prefill": c}
+            if caps[(s, b, c)] <= best:      # its capacity bound cannot beat the best found: cut the branch
+                grid.append({**entry, "max_qps": None, "result": None, "pruned": True})
                 continue
-            scale, result = search.max_scale(s, b, slo, caps[(s, b)])
+            scale, result = search.max_scale(s, b, c, slo, caps[(s, b, c)])
             best = max(best, scale)
-            grid.append({"max_num_seqs": s, "max_num_batched_tokens": b, "max_qps": scale * search.base_rate,
-                         "scale": scale, "result": result, "pruned": False,
-                         "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
+            grid.append({**entry, "max_qps": scale * search.base_rate, "scale": scale, "result": result,
+                         "pruned": False, "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
                          "throughput_tok_s": _output_rate(result) if result else None})
             if search.progress:
                 done = 0.2 + 0.8 * (ci + (i + 1) / len(configs)) / len(classes)
@@ -188,14 +192,14 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
     feasible = best["max_qps"] > 0
     if not feasible:      # the closest achievable: the configuration with the lowest metric at the lightest load
         def at_light(g):
-            light = search.run(g["max_num_seqs"], g["max_num_batched_tokens"], _capacity_floor(search, g))
+            light = search.run(g["max_num_seqs"], g["max_num_batched_tokens"], _capacity_floor(search, g),
+                               g["enable_chunked_prefill"])
             return _metric_ms(light, slo.metric, slo.percentile) if slo.metric else math.inf
         best = min(evaluated, key=at_light)
         best["result"] = search.run(best["max_num_seqs"], best["max_num_batched_tokens"],
-                                    _capacity_floor(search, best))
+                                    _capacity_floor(search, best), best["enable_chunked_prefill"])
     result = best["result"]
-    cfg = {"max_num_seqs": best["max_num_seqs"], "max_num_batched_tokens": best["max_num_batched_tokens"],
-           "enable_chunked_prefill": search.base.chunked_prefill}
+    cfg = {k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")}
     qps = best["max_qps"]
     replicas = math.ceil(peak * headroom / qps) if feasible and peak else None
     out_tok_s = _output_rate(result) if result else 0.0
@@ -221,7 +225,7 @@ def _output_rate(result: SimResult) -> float:
 
 
 def _capacity_floor(search: Search, g: dict) -> float:
-    return _capacity_scale(search, g["max_num_seqs"], g["max_num_batched_tokens"]) / 64
+    return _capacity_scale(search, g["max_num_seqs"], g["max_num_batched_tokens"], g["enable_chunked_prefill"]) / 64
 
 
 def vllm_args(cfg: dict, search: Search) -> str:
