@@ -101,7 +101,7 @@ def cmd_recommend(args) -> None:
     from planner.fitting.arrivals import peak_summary
     from planner.hardware import get_gpu
     from planner.model_catalog import get_model
-    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend
+    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend, recommend_over_tp
     from planner.sim.run import engine_settings
     from planner.sim.workload import from_trace
 
@@ -110,19 +110,31 @@ def cmd_recommend(args) -> None:
         gpu = gpu.with_price(args.price)
     classes = [parse_slo(text) for text in args.slo] if args.slo else list(DEFAULT_CLASSES)
     workload = from_trace(store.open_store(args.db), args.trace)
-    settings = engine_settings(model, gpu, tp=args.tp, gpu_memory_utilization=args.gpu_mem_util,
-                               max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype)
-    search = Search(workload, model, gpu, settings, tp=args.tp, cost=load_params(args.calibration),
-                    progress=_progress_printer(not args.quiet))
+    cost = load_params(args.calibration)
+
+    def make_search(tp: int) -> Search:
+        settings = engine_settings(model, gpu, tp=tp, gpu_memory_utilization=args.gpu_mem_util,
+                                   max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype)
+        return Search(workload, model, gpu, settings, tp=tp, cost=cost, progress=_progress_printer(not args.quiet))
     peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if workload.arrival_s[-1] > 60 else None
-    rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
-    if args.details:
+    if args.tp_search:
+        try:
+            tps = tuple(int(t) for t in args.tp_search.split(","))
+        except ValueError as exc:
+            raise PlannerError(f"--tp-search {args.tp_search!r}: expected degrees such as 1,2,4") from exc
+        search = None
+        rows = recommend_over_tp(make_search, tps, classes, peak_rate_rps=peak, headroom=args.headroom)
+    else:
+        search = make_search(args.tp)
+        rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
+    if args.details and search is not None:
         from planner.diagnosis import class_details
 
         for row, slo in zip(rows, classes, strict=True):
             row["details"] = class_details(search, row, slo, classes)
     obj = {"trace": args.trace, "model": model.name, "gpu": gpu.name, "tp": args.tp, "peak_rate_rps": peak,
-           "trace_rate_rps": search.base_rate, "simulations": search.simulations, "classes": rows}
+           "trace_rate_rps": (workload.n - 1) / float(workload.arrival_s[-1] - workload.arrival_s[0]),
+           "simulations": search.simulations if search else None, "classes": rows}
     lines = [f"{r['name']:12s} {'ok ' if r['feasible'] else 'NO '} qps/replica {r['max_qps_per_replica']:.2f} "
              f"replicas {r['replicas_for_peak']}  vllm serve {model.hf_id or model.name} {r['vllm_args']}"
              for r in rows]
@@ -197,6 +209,7 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
+    p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
     p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
     p.add_argument("--calibration", help="a file written by `calibrate`")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -237,3 +237,24 @@ def vllm_args(cfg: dict, search: Search) -> str:
         parts.append(f"--tensor-parallel-size {search.tp}")
     parts.append(f"--max-model-len {search.base.max_model_len}")
     return " ".join(parts)
+
+
+def recommend_over_tp(make_search: Callable[[int], Search], tps: tuple[int, ...], classes=DEFAULT_CLASSES,
+                      peak_rate_rps: float | None = None, headroom: float = 1.0) -> list[dict]:
+    """:func:`recommend` at each tensor-parallel degree that fits; per class the one with the most requests/s
+    per GPU wins (``make_search(tp)`` builds the search, raising PlannerError when the model does not fit)."""
+    per_tp = {}
+    for tp in tps:
+        try:
+            per_tp[tp] = recommend(make_search(tp), classes, peak_rate_rps, headroom)
+        except PlannerError:
+            continue
+    if not per_tp:
+        raise PlannerError(f"the model fits at none of the tensor-parallel degrees {', '.join(map(str, tps))}")
+    out = []
+    for i, _ in enumerate(classes):
+        options = [(tp, rows[i]) for tp, rows in per_tp.items()]
+        tp, row = max(options, key=lambda o: (o[1]["max_qps_per_replica"] / o[0], -o[0]))
+        out.append({**row, "tp": tp, "qps_per_gpu": row["max_qps_per_replica"] / tp,
+                    "tp_compared": {t: r["max_qps_per_replica"] / t for t, r in options}})
+    return out

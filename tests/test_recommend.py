@@ -119,3 +119,17 @@ def test_recommend_page(tmp_path, monkeypatch):
     assert any(c.value.startswith("vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs") for c in at.code)
     at.text_input(key="slos").set_value("nonsense").run()
     assert "NAME:METRIC<VALUE" in at.error[0].value
+
+
+def test_tp_search_compares_requests_per_gpu():
+    from planner.recommend import recommend_over_tp
+
+    work = synthetic("requests=400,input=512,output=uniform:64:512,qps=2,seed=8")
+    big = get_model("llama-3-70b")
+
+    def make(tp):
+        return Search(work, big, GPU, engine_settings(big, GPU, tp=tp, max_model_len=4096), tp=tp)
+    (row,) = recommend_over_tp(make, (1, 2, 4), [SLOClass("throughput")])
+    assert set(row["tp_compared"]) == {2, 4}                    # 70B in bf16 does not fit one 80 GB GPU
+    assert row["qps_per_gpu"] == max(row["tp_compared"].values())
+    assert f"--tensor-parallel-size {row['tp']}" in row["vllm_args"]
