@@ -94,3 +94,15 @@ def test_preset_names_in_links_survive(page, server):
     expect(metric(page, "KV per token")).to_have_text("56 KiB", timeout=60_000)
     page.wait_for_timeout(1000)
     assert "gpu=h100-sxm" in page.url and "model=qwen2.5-7b" in page.url
+
+
+def test_recommend_page_renders_the_table_commands_and_charts(page, server):
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(server + "/recommend?max_len=8192&slos=chat%3Attft_p99%3C3000")
+    page.wait_for_selector(IDLE, timeout=180_000)
+    expect(page.get_by_text("vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs").first).to_be_visible(
+        timeout=180_000)
+    expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
+    assert "slos=chat" in page.url
+    assert not errors, errors
