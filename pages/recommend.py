@@ -59,7 +59,9 @@ for r in rows:
                                  ("max_num_batched_tokens", r["config"]["max_num_batched_tokens"]),
                                  ("rate_rps", r["max_qps_per_replica"])):
                 points = r["details"]["sweeps"]["rate" if knob == "rate_rps" else knob]
-                st.altair_chart(recommend_charts.sweep_chart(points, knob, chosen, lines), key=f"{r['name']}_{knob}")
+                bands = r["details"]["bands"] if knob == "rate_rps" else None
+                st.altair_chart(recommend_charts.sweep_chart(points, knob, chosen, lines, bands),
+                                key=f"{r['name']}_{knob}")
             c1, c2 = st.columns(2)
             c1.altair_chart(recommend_charts.pareto_chart(r["details"]["points"], r["details"]["pareto"]),
                             key=f"{r['name']}_pareto")

@@ -36,6 +36,29 @@ def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: b
     }
 
 
+def rate_bands(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True,
+               seeds: tuple[int, ...] = (1, 2, 3)) -> list[dict]:
+    """Spread of TTFT/TPOT p99 across the load steps when the trace's requests are resampled (bootstrap of the
+    (input, output) pairs onto the same arrival times, one per seed): how much of a curve is sampling noise."""
+    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
+    rows = []
+    for factor in LOAD_STEPS:
+        values = {"ttft_p99_ms": [], "tpot_p99_ms": []}
+        for seed in seeds:
+            pick = np.random.default_rng(seed).integers(0, search.workload.n, search.workload.n)
+            work = replace(search.workload, arrival_s=search.workload.arrival_s / (scale * factor),
+                           input_tokens=search.workload.input_tokens[pick],
+                           output_tokens=search.workload.output_tokens[pick])
+            result = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
+            search.simulations += 1
+            values["ttft_p99_ms"].append(_metric_ms(result, "ttft", 99))
+            values["tpot_p99_ms"].append(_metric_ms(result, "tpot", 99))
+        rows.append({"rate_rps": search.base_rate * scale * factor,
+                     **{f"{k}_lo": min(v) for k, v in values.items()},
+                     **{f"{k}_hi": max(v) for k, v in values.items()}})
+    return rows
+
+
 def pareto(grid_points: list[dict]) -> list[dict]:
     """The configurations no other beats on both throughput and TTFT p99."""
     ordered = sorted(grid_points, key=lambda p: (-p["throughput_tok_s"], p["ttft_p99_ms"]))
@@ -135,4 +158,5 @@ def class_details(search: Search, row: dict, slo: SLOClass, slos: list[SLOClass]
     return {"sweeps": knob_sweeps(search, seqs, budget, row["scale"], chunked),
             "pareto": pareto(points), "points": points,
             "tornado": tornado(search, seqs, budget, row["scale"], slo, chunked),
+            "bands": rate_bands(search, seqs, budget, row["scale"], chunked),
             "diagnosis": diagnose(search, seqs, budget, row["scale"], slos, chunked)}

@@ -9,8 +9,9 @@ METRICS = {"ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "thro
 
 
 def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
-                slo_lines: dict[str, float] | None = None) -> alt.HConcatChart:
-    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value."""
+                slo_lines: dict[str, float] | None = None, bands: list[dict] | None = None) -> alt.HConcatChart:
+    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value, and the
+    spread across resampled traces where ``bands`` gives it."""
     frame = pl.DataFrame(points)
     panels = []
     for column, title in METRICS.items():
@@ -19,6 +20,9 @@ def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
             y=alt.Y(f"{column}:Q", title=title),
             tooltip=[alt.Tooltip(f"{knob}:Q"), alt.Tooltip(f"{column}:Q", format=",.1f")])
         layers = [base]
+        if bands and f"{column}_lo" in bands[0]:
+            layers.insert(0, alt.Chart(pl.DataFrame(bands)).mark_area(opacity=0.2).encode(
+                x=f"{knob}:Q", y=f"{column}_lo:Q", y2=f"{column}_hi:Q"))
         if slo_lines and column in slo_lines:
             layers.append(alt.Chart(pl.DataFrame({"y": [slo_lines[column]]})).mark_rule(
                 strokeDash=[4, 3], color="firebrick").encode(y="y:Q"))

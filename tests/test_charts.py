@@ -68,3 +68,25 @@ def test_rate_table_keeps_the_peak_when_it_thins_a_long_series():
     assert rates.height <= 1_001
     assert rates["rate_rps"].max() == 52.0
     assert "peak of 20" in rates["bin"][0]
+
+
+def test_capacity_simulation_and_recommendation_charts_export():
+    from planner import capacity_charts, recommend_charts, sim_charts
+
+    points = [{"max_num_seqs": s, "ttft_p99_ms": 100.0 + s, "tpot_p99_ms": 10.0 + s / 10, "throughput_tok_s": 50.0 * s}
+              for s in (8, 16, 32)]
+    bands = [{"max_num_seqs": s, "ttft_p99_ms_lo": 90.0 + s, "ttft_p99_ms_hi": 110.0 + s, "tpot_p99_ms_lo": 9.0,
+              "tpot_p99_ms_hi": 12.0} for s in (8, 16, 32)]
+    grid = [{**p, "max_num_batched_tokens": 512} for p in points]
+    built = [recommend_charts.sweep_chart(points, "max_num_seqs", 16, {"ttft_p99_ms": 200.0}, bands),
+             recommend_charts.pareto_chart(grid, grid[:1]),
+             recommend_charts.tornado_chart([{"factor": "arrival rate", "change": "+20%", "value_ms": 5.0,
+                                              "baseline_ms": 4.0}]),
+             capacity_charts.breakdown_bar({"weights": 15.0, "activation": 0.6, "non_torch": 0.25,
+                                            "cuda_graphs": 0.6, "kv_cache": 54.0, "outside_budget": 7.9}),
+             sim_charts.cdf_chart(sim_charts.latency_quantiles(np.linspace(0.01, 1, 500), "TTFT"), "CDF"),
+             sim_charts.timeline_chart({"time_s": [0.0, 1.0], "running": [1, 2], "waiting": [0, 1],
+                                        "blocks_used": [10, 20], "step_ms": [5.0, 6.0]})]
+    for chart in built:
+        assert "$schema" in spec(chart)
+    assert len(sim_charts.latency_quantiles(np.array([np.nan, 0.5]), "x")) == sim_charts.CDF_POINTS

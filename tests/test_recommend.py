@@ -98,6 +98,9 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     front = details["pareto"]
     assert all(a["throughput_tok_s"] >= b["throughput_tok_s"] and a["ttft_p99_ms"] > b["ttft_p99_ms"]
                for a, b in zip(front, front[1:], strict=False))    # each step down in throughput buys latency
+    for band in details["bands"]:
+        assert band["ttft_p99_ms_lo"] <= band["ttft_p99_ms_hi"] and band["tpot_p99_ms_lo"] <= band["tpot_p99_ms_hi"]
+    assert any(b["tpot_p99_ms_hi"] > b["tpot_p99_ms_lo"] for b in details["bands"])   # resampling moves p99
     tornado = {(r["factor"], r["change"]): r["value_ms"] for r in details["tornado"]}
     assert tornado[("arrival rate", "+20%")] >= tornado[("arrival rate", "-20%")]
 
