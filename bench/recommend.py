@@ -39,8 +39,8 @@ def main() -> None:
         predicted = r["predicted"] or {}
         print(f"  {r['name']:10s} feasible {r['feasible']!s:5s} {r['config']} qps/replica "
               f"{r['max_qps_per_replica']:.2f} replicas {r['replicas_for_peak']} TTFT p99 "
-              f"{predicted.get('ttft', {}).get('p99', float('nan')):.0f} ms TPOT p99 "
-              f"{predicted.get('tpot', {}).get('p99', float('nan')):.1f} ms")
+              f"{predicted.get('ttft_ms', {}).get('p99', float('nan')):.0f} ms TPOT p99 "
+              f"{predicted.get('tpot_ms', {}).get('p99', float('nan')):.1f} ms")
 
 
 if __name__ == "__main__":

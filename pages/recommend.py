@@ -40,8 +40,8 @@ rows = out["rows"]
 table = [{"class": r["name"], "SLO": ", ".join(f"{k} < {v:g}" for k, v in r["slo"].items()) or "throughput",
           "feasible": r["feasible"], "max_num_seqs": r["config"]["max_num_seqs"],
           "max_num_batched_tokens": r["config"]["max_num_batched_tokens"], "preemption": "recompute",
-          "TTFT p99 ms": (r["predicted"] or {}).get("ttft", {}).get("p99"),
-          "TPOT p99 ms": (r["predicted"] or {}).get("tpot", {}).get("p99"),
+          "TTFT p99 ms": (r["predicted"] or {}).get("ttft_ms", {}).get("p99"),
+          "TPOT p99 ms": (r["predicted"] or {}).get("tpot_ms", {}).get("p99"),
           "output tok/s": r["throughput_tok_s"], "req/s per replica": r["max_qps_per_replica"],
           "replicas": r["replicas_for_peak"], "GPUs": r["gpus"], "$/hour": r["cost_per_hour"],
           "$/M output tokens": r["cost_per_million_output_tokens"]} for r in rows]

@@ -208,7 +208,7 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         "name": slo.name, "slo": slo.as_dict(), "feasible": feasible, "config": cfg,
         "max_qps_per_replica": qps, "replicas_for_peak": replicas,
         "gpus": replicas * search.tp if replicas else None,
-        "predicted": {m: {"p50": _metric_ms(result, m, 50), "p99": _metric_ms(result, m, 99)}
+        "predicted": {f"{m}_ms": {"p50": _metric_ms(result, m, 50), "p99": _metric_ms(result, m, 99)}
                       for m in ("ttft", "tpot", "e2e")} if result else None,
         "throughput_tok_s": out_tok_s,
         "cost_per_hour": price * replicas if replicas else None,

@@ -50,7 +50,7 @@ def test_every_recommendation_meets_its_slo_at_its_rate(seed_search, seed_rows):
         result = simulate(work, MODEL, GPU, cfg)
         assert meets(result, slo), row["name"]
         if slo.metric:
-            assert row["predicted"][slo.metric]["p99"] <= slo.limit_ms
+            assert row["predicted"][f"{slo.metric}_ms"]["p99"] <= slo.limit_ms
         assert row["replicas_for_peak"] == int(np.ceil(4.0 / row["max_qps_per_replica"]))
         assert row["vllm_args"].startswith(f"--max-num-seqs {row['config']['max_num_seqs']} --max-num-batched-tokens ")
 
@@ -58,7 +58,7 @@ def test_every_recommendation_meets_its_slo_at_its_rate(seed_search, seed_rows):
 def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     (row,) = recommend(seed_search, [SLOClass("impossible", "ttft", 99, 1.0)], peak_rate_rps=4.0)
     assert not row["feasible"] and row["max_qps_per_replica"] == 0 and row["replicas_for_peak"] is None
-    assert row["predicted"]["ttft"]["p99"] > 1.0          # the closest it gets, reported
+    assert row["predicted"]["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
 
 
 def test_parse_slo():
@@ -79,7 +79,7 @@ def test_recommend_cli_contract(tmp_path):
         assert {"name", "slo", "feasible", "config", "max_qps_per_replica", "replicas_for_peak", "predicted",
                 "vllm_args"} <= c.keys()
         assert set(c["config"]) >= {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"}
-        assert "p99" in c["predicted"]["ttft"] and "p99" in c["predicted"]["tpot"]
+        assert "p99" in c["predicted"]["ttft_ms"] and "p99" in c["predicted"]["tpot_ms"]
     assert obj["classes"][0]["slo"] == {"ttft_p99_ms": 3000.0}
     bad = run_cli("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--slo", "x",
                   "--json", db=db, check=False)
