@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import numpy as np
+
 from planner import store
 from planner.cli_output import emit as _emit
 from planner.cli_output import progress_printer as _progress_printer
@@ -96,12 +101,30 @@ def cmd_calibrate(args) -> None:
           + f"; MAPE {report['mape']:.2%}")
 
 
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError as exc:
+        raise PlannerError(f"{flag} {text!r}: expected integers such as 1,2,4") from exc
+
+
+def _cap(text: str, outputs) -> int | None:
+    """``none``, an integer, or ``pNN``: that percentile of the trace's output lengths (the seed's procedure)."""
+    text = text.strip().lower()
+    if text == "none":
+        return None
+    try:
+        return int(np.ceil(np.percentile(outputs, float(text[1:])))) if text.startswith("p") else int(text)
+    except ValueError as exc:
+        raise PlannerError(f"--max-new-tokens-options item {text!r}: expected none, an integer or pNN") from exc
+
+
 def cmd_recommend(args) -> None:
     from planner.cost_model import load_params
     from planner.fitting.arrivals import peak_summary
     from planner.hardware import get_gpu
     from planner.model_catalog import get_model
-    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend, recommend_over_tp
+    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend, recommend_over
     from planner.sim.run import engine_settings
     from planner.sim.workload import from_trace
 
@@ -117,13 +140,25 @@ def cmd_recommend(args) -> None:
                                    max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype)
         return Search(workload, model, gpu, settings, tp=tp, cost=cost, progress=_progress_printer(not args.quiet))
     peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if workload.arrival_s[-1] > 60 else None
+    if args.tp_search and args.max_new_tokens_options:
+        raise PlannerError("search --tp-search or --max-new-tokens-options, one at a time")
+    search = None
     if args.tp_search:
-        try:
-            tps = tuple(int(t) for t in args.tp_search.split(","))
-        except ValueError as exc:
-            raise PlannerError(f"--tp-search {args.tp_search!r}: expected degrees such as 1,2,4") from exc
-        search = None
-        rows = recommend_over_tp(make_search, tps, classes, peak_rate_rps=peak, headroom=args.headroom)
+        rows = recommend_over(make_search, _int_list(args.tp_search, "--tp-search"), classes, peak, args.headroom,
+                              label="tp", gpus=lambda tp: tp, prefer=lambda tp: -tp)
+    elif args.max_new_tokens_options:
+        caps = tuple(_cap(text, workload.output_tokens) for text in args.max_new_tokens_options.split(","))
+
+        def capped_search(cap):
+            base = make_search(args.tp)
+            return replace(base, workload=base.workload.truncated(cap))
+        rows = recommend_over(capped_search, caps, classes, peak, args.headroom, label="max_new_tokens",
+                              gpus=lambda cap: args.tp, prefer=lambda cap: math.inf if cap is None else cap)
+        for row in rows:
+            cap = row["max_new_tokens"]
+            row["truncated_share"] = 0.0 if cap is None else float(np.mean(workload.output_tokens > cap))
+            if cap is not None:
+                row["vllm_args"] += f"  # clients send max_tokens={cap}"
     else:
         search = make_search(args.tp)
         rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
@@ -210,6 +245,8 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
+    p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
+                   help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
     p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
     p.add_argument("--calibration", help="a file written by `calibrate`")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

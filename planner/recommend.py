@@ -239,22 +239,25 @@ def vllm_args(cfg: dict, search: Search) -> str:
     return " ".join(parts)
 
 
-def recommend_over_tp(make_search: Callable[[int], Search], tps: tuple[int, ...], classes=DEFAULT_CLASSES,
-                      peak_rate_rps: float | None = None, headroom: float = 1.0) -> list[dict]:
-    """:func:`recommend` at each tensor-parallel degree that fits; per class the one with the most requests/s
-    per GPU wins (``make_search(tp)`` builds the search, raising PlannerError when the model does not fit)."""
-    per_tp = {}
-    for tp in tps:
+def recommend_over(make_search: Callable[[object], Search], options: tuple, classes=DEFAULT_CLASSES,
+                   peak_rate_rps: float | None = None, headroom: float = 1.0, label: str = "tp",
+                   gpus: Callable[[object], int] = lambda option: 1,
+                   prefer: Callable[[object], float] = lambda option: 0.0) -> list[dict]:
+    """:func:`recommend` once per option of one more dimension (tensor-parallel degree, a ``max_new_tokens``
+    cap, …); per class the option with the most requests/s per GPU wins, ``prefer`` breaking ties.
+    ``make_search(option)`` builds the search and raises PlannerError when the option does not fit."""
+    per_option = {}
+    for option in options:
         try:
-            per_tp[tp] = recommend(make_search(tp), classes, peak_rate_rps, headroom)
+            per_option[option] = recommend(make_search(option), classes, peak_rate_rps, headroom)
         except PlannerError:
             continue
-    if not per_tp:
-        raise PlannerError(f"the model fits at none of the tensor-parallel degrees {', '.join(map(str, tps))}")
+    if not per_option:
+        raise PlannerError(f"no {label} fits: tried {', '.join(map(str, options))}")
     out = []
     for i, _ in enumerate(classes):
-        options = [(tp, rows[i]) for tp, rows in per_tp.items()]
-        tp, row = max(options, key=lambda o: (o[1]["max_qps_per_replica"] / o[0], -o[0]))
-        out.append({**row, "tp": tp, "qps_per_gpu": row["max_qps_per_replica"] / tp,
-                    "tp_compared": {t: r["max_qps_per_replica"] / t for t, r in options}})
+        choices = [(option, rows[i]) for option, rows in per_option.items()]
+        option, row = max(choices, key=lambda c: (c[1]["max_qps_per_replica"] / gpus(c[0]), prefer(c[0])))
+        out.append({**row, label: option, "qps_per_gpu": row["max_qps_per_replica"] / gpus(option),
+                    f"{label}_compared": {str(o): r["max_qps_per_replica"] / gpus(o) for o, r in choices}})
     return out

@@ -125,14 +125,27 @@ def test_recommend_page(tmp_path, monkeypatch):
 
 
 def test_tp_search_compares_requests_per_gpu():
-    from planner.recommend import recommend_over_tp
+    from planner.recommend import recommend_over
 
     work = synthetic("requests=400,input=512,output=uniform:64:512,qps=2,seed=8")
     big = get_model("llama-3-70b")
 
     def make(tp):
         return Search(work, big, GPU, engine_settings(big, GPU, tp=tp, max_model_len=4096), tp=tp)
-    (row,) = recommend_over_tp(make, (1, 2, 4), [SLOClass("throughput")])
-    assert set(row["tp_compared"]) == {2, 4}                    # 70B in bf16 does not fit one 80 GB GPU
+    (row,) = recommend_over(make, (1, 2, 4), [SLOClass("throughput")], label="tp", gpus=lambda tp: tp,
+                            prefer=lambda tp: -tp)
+    assert set(row["tp_compared"]) == {"2", "4"}                # 70B in bf16 does not fit one 80 GB GPU
     assert row["qps_per_gpu"] == max(row["tp_compared"].values())
     assert f"--tensor-parallel-size {row['tp']}" in row["vllm_args"]
+
+
+def test_max_new_tokens_caps_are_compared(tmp_path):
+    db = tmp_path / "r.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    obj = cli_json("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--quiet",
+                   "--slo", "batch:e2e_p99<900000", "--max-new-tokens-options", "none,p90", db=db)
+    (row,) = obj["classes"]
+    assert set(row["max_new_tokens_compared"]) == {"None", "517"}          # p90 of the sample's outputs
+    capped, uncapped = row["max_new_tokens_compared"]["517"], row["max_new_tokens_compared"]["None"]
+    assert capped >= uncapped                                              # shorter outputs never serve fewer
+    assert row["truncated_share"] == (0.0 if row["max_new_tokens"] is None else pytest.approx(0.0996, abs=0.002))
