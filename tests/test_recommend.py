@@ -149,3 +149,14 @@ def test_max_new_tokens_caps_are_compared(tmp_path):
     capped, uncapped = row["max_new_tokens_compared"]["517"], row["max_new_tokens_compared"]["None"]
     assert capped >= uncapped                                              # shorter outputs never serve fewer
     assert row["truncated_share"] == (0.0 if row["max_new_tokens"] is None else pytest.approx(0.0996, abs=0.002))
+
+
+def test_kv_pressure_pulls_every_class_to_fewer_sequences():
+    # the same seed scenario on a 40 GB A100 with half its memory for vLLM: 27k KV tokens instead of 450k
+    work = synthetic("requests=1200,input=512,output=uniform:64:1024,qps=2,seed=4")
+    small = get_gpu("a100-40gb-sxm")
+    tight = Search(work, MODEL, small, engine_settings(MODEL, small, max_model_len=8192, gpu_memory_utilization=0.5))
+    rows = recommend(tight, DEFAULT_CLASSES, peak_rate_rps=4.0)
+    assert all(r["feasible"] and r["config"]["max_num_seqs"] <= 64 for r in rows)
+    by = {r["name"]: r for r in rows}
+    assert by["ttft"]["config"]["max_num_batched_tokens"] <= by["throughput"]["config"]["max_num_batched_tokens"]
