@@ -31,6 +31,23 @@ def _reserved_tokens(mode, prompt, generated, max_new):
 
 
 @numba.njit(cache=True)
+def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
+    """Append a timeline row ``(time_s, running, waiting, blocks_used, step_s, bound)``, doubling the array when
+    full; returns the (possibly new) array and the row count."""
+    if rows == timeline.shape[0]:
+        grown = np.empty((rows * 2, 6))
+        grown[:rows] = timeline
+        timeline = grown
+    timeline[rows, 0] = t
+    timeline[rows, 1] = running
+    timeline[rows, 2] = waiting
+    timeline[rows, 3] = blocks_used
+    timeline[rows, 4] = dt
+    timeline[rows, 5] = bound
+    return timeline, rows + 1
+
+
+@numba.njit(cache=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s=np.inf):
     """Run the trace; returns per-request times and counters plus a sampled timeline.
@@ -213,15 +230,5 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     kept += 1
             run_count = kept
         if steps % log_every == 0:
-            if rows == timeline.shape[0]:
-                grown = np.empty((rows * 2, 6))
-                grown[:rows] = timeline
-                timeline = grown
-            timeline[rows, 0] = t
-            timeline[rows, 1] = run_count
-            timeline[rows, 2] = size
-            timeline[rows, 3] = num_blocks - free
-            timeline[rows, 4] = dt
-            timeline[rows, 5] = bound
-            rows += 1
+            timeline, rows = log_step(timeline, rows, t, run_count, size, num_blocks - free, dt, bound)
     return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated, free

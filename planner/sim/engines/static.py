@@ -5,6 +5,7 @@ import numpy as np
 
 from planner.cost_model import step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun
+from planner.sim.kernel import log_step
 
 
 @numba.njit(cache=True)
@@ -52,17 +53,9 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
                 if output[r] == s + 1:
                     finish[r] = t
             if steps % log_every == 0:
-                if rows == timeline.shape[0]:
-                    grown = np.empty((rows * 2, 6))
-                    grown[:rows] = timeline
-                    timeline = grown
-                timeline[rows, 0] = t
-                timeline[rows, 1] = b
-                timeline[rows, 2] = 0.0
-                timeline[rows, 3] = b * ((longest_prompt + longest_output + block_size - 1) // block_size)
-                timeline[rows, 4] = dt
-                timeline[rows, 5] = bound
-                rows += 1
+                timeline, rows = log_step(timeline, rows, t, b, 0.0,
+                                          b * ((longest_prompt + longest_output + block_size - 1) // block_size),
+                                          dt, bound)
         start = end
     generated = np.where(rejected, 0, output)     # every member decodes to its own length (padding aside)
     return (first_token, finish, first_sched, np.zeros(n, np.int64), rejected, steps, timeline[:rows], generated,

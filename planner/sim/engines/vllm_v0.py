@@ -5,6 +5,7 @@ import numpy as np
 
 from planner.cost_model import step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun
+from planner.sim.kernel import log_step
 
 WATERMARK = 0.01
 
@@ -132,17 +133,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
                 kept += 1
         run_count = kept
         if steps % log_every == 0:
-            if rows == timeline.shape[0]:
-                grown = np.empty((rows * 2, 6))
-                grown[:rows] = timeline
-                timeline = grown
-            timeline[rows, 0] = t
-            timeline[rows, 1] = run_count
-            timeline[rows, 2] = size
-            timeline[rows, 3] = num_blocks - free
-            timeline[rows, 4] = dt
-            timeline[rows, 5] = bound
-            rows += 1
+            timeline, rows = log_step(timeline, rows, t, run_count, size, num_blocks - free, dt, bound)
     return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated, free
 
 
