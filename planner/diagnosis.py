@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.recommend import SEQS_GRID, BUDGET_GRID, Search, SLOClass, _metric_ms
+from planner.recommend import BUDGET_GRID, SEQS_GRID, Search, SLOClass, _metric_ms, _output_rate
 from planner.sim.run import SimResult, simulate
 from planner.sim.workload import poisson_or_gamma
 
@@ -16,11 +16,9 @@ LOAD_STEPS = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5)
 
 
 def _point(result: SimResult, **extra) -> dict:
-    span = float(np.nanmax(result.finish) - result.workload.arrival_s.min())
     return {**extra, "ttft_p99_ms": _metric_ms(result, "ttft", 99), "tpot_p99_ms": _metric_ms(result, "tpot", 99),
-            "e2e_p99_ms": _metric_ms(result, "e2e", 99),
-            "throughput_tok_s": float(result.workload.output_tokens[np.isfinite(result.finish)].sum() / span)
-            if span > 0 else 0.0, "preemptions": int(result.preemptions.sum())}
+            "e2e_p99_ms": _metric_ms(result, "e2e", 99), "throughput_tok_s": _output_rate(result),
+            "preemptions": int(result.preemptions.sum())}
 
 
 def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> dict:

@@ -96,6 +96,7 @@ class Search:
 
     def __post_init__(self):
         self.cache: dict[tuple, SimResult] = {}
+        self.capacities: dict[tuple, float] = {}
         span = float(self.workload.arrival_s[-1] - self.workload.arrival_s[0])
         self.base_rate = (self.workload.n - 1) / span if span > 0 else math.inf
 
@@ -109,6 +110,19 @@ class Search:
             self.cache[key] = simulate(work, self.model, self.gpu, cfg, tp=self.tp, cost=self.cost)
             self.simulations += 1
         return self.cache[key]
+
+    def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
+        """An upper bound on the sustainable scale: the completion rate with every request queued at once
+        (one replay per configuration, remembered)."""
+        key = (seqs, budget, chunked)
+        if key not in self.capacities:
+            work = replace(self.workload, arrival_s=np.zeros(self.workload.n))
+            cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
+            result = simulate(work, self.model, self.gpu, cfg, tp=self.tp, cost=self.cost)
+            self.simulations += 1
+            duration = float(np.nanmax(result.finish))
+            self.capacities[key] = (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
+        return self.capacities[key]
 
     def max_scale(self, seqs: int, budget: int, chunked: bool, slo: SLOClass,
                   hi: float) -> tuple[float, SimResult | None]:
@@ -128,16 +142,6 @@ class Search:
         return math.exp(lo), self.run(seqs, budget, math.exp(lo), chunked)
 
 
-def _capacity_scale(search: Search, seqs: int, budget: int, chunked: bool = True) -> float:
-    """An upper bound on the sustainable scale: the completion rate with every request queued at once."""
-    work = replace(search.workload, arrival_s=np.zeros(search.workload.n))
-    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
-    result = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
-    search.simulations += 1
-    duration = float(np.nanmax(result.finish))
-    return (search.workload.n / duration) / search.base_rate * 1.2 if duration > 0 else 1.0
-
-
 def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | None = None,
               headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
               chunked_off: bool = True) -> list[dict]:
@@ -155,7 +159,7 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
         configs += [(s, search.base.max_model_len, False) for s in seqs_grid]
     caps = {}
     for i, (s, b, c) in enumerate(configs):
-        caps[(s, b, c)] = _capacity_scale(search, s, b, c)
+        caps[(s, b, c)] = search.capacity_scale(s, b, c)
         if search.progress:
             search.progress(0.2 * (i + 1) / len(configs), f"capacity of max_num_seqs {s}, budget {b}")
     out = []
@@ -225,7 +229,7 @@ def _output_rate(result: SimResult) -> float:
 
 
 def _capacity_floor(search: Search, g: dict) -> float:
-    return _capacity_scale(search, g["max_num_seqs"], g["max_num_batched_tokens"], g["enable_chunked_prefill"]) / 64
+    return search.capacity_scale(g["max_num_seqs"], g["max_num_batched_tokens"], g["enable_chunked_prefill"]) / 64
 
 
 def vllm_args(cfg: dict, search: Search) -> str:
