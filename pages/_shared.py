@@ -109,22 +109,12 @@ def simulation(trace_id: str, params: dict, _model, _gpu):
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def recommendation(trace_id: str, params: dict, _model, _gpu, _progress=None):
-    """Per-class recommendations with sweeps and diagnosis, cached per trace and parameters."""
-    from planner.diagnosis import class_details
-    from planner.fitting.arrivals import peak_summary
-    from planner.recommend import DEFAULT_CLASSES, Search, SLOClass, parse_slo, recommend
-    from planner.sim.run import engine_settings
+    """:func:`planner.recommend_plan.plan_recommendation` with details, cached per trace and parameters."""
+    from planner.recommend_plan import RecommendOptions, plan_recommendation
     from planner.sim.workload import from_trace
 
-    work = from_trace(connection(), trace_id)
-    settings = engine_settings(_model, _gpu, tp=params["tp"], gpu_memory_utilization=params["util"],
-                               max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"])
-    classes = ([parse_slo(t) for t in params["slos"]] + [SLOClass("throughput")] if params["slos"]
-               else list(DEFAULT_CLASSES))
-    search = Search(work, _model, _gpu, settings, tp=params["tp"], progress=_progress)
-    peak = peak_summary(work.arrival_s)["peak_rate_rps"] if work.arrival_s[-1] > 60 else None
-    rows = recommend(search, classes, peak_rate_rps=peak, headroom=params["headroom"])
-    for row, slo in zip(rows, classes, strict=True):
-        row["details"] = class_details(search, row, slo, classes)
-    return {"rows": rows, "peak_rate_rps": peak, "trace_rate_rps": search.base_rate,
-            "simulations": search.simulations, "classes": [c.__dict__ for c in classes]}
+    options = RecommendOptions(tp=params["tp"], engine=params["engine"], gpu_memory_utilization=params["util"],
+                               max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
+                               slos=params["slos"], headroom=params["headroom"], tp_options=params["tp_options"],
+                               max_new_tokens_options=params["caps"], details=True)
+    return plan_recommendation(from_trace(connection(), trace_id), _model, _gpu, options, progress=_progress)

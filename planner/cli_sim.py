@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
 
-import numpy as np
 
 from planner import store
 from planner.cli_output import emit as _emit
@@ -108,71 +105,27 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
         raise PlannerError(f"{flag} {text!r}: expected integers such as 1,2,4") from exc
 
 
-def _cap(text: str, outputs) -> int | None:
-    """``none``, an integer, or ``pNN``: that percentile of the trace's output lengths (the seed's procedure)."""
-    text = text.strip().lower()
-    if text == "none":
-        return None
-    try:
-        return int(np.ceil(np.percentile(outputs, float(text[1:])))) if text.startswith("p") else int(text)
-    except ValueError as exc:
-        raise PlannerError(f"--max-new-tokens-options item {text!r}: expected none, an integer or pNN") from exc
-
-
 def cmd_recommend(args) -> None:
     from planner.cost_model import load_params
-    from planner.fitting.arrivals import peak_summary
     from planner.hardware import get_gpu
     from planner.model_catalog import get_model
-    from planner.recommend import DEFAULT_CLASSES, Search, parse_slo, recommend, recommend_over
-    from planner.sim.run import engine_settings
+    from planner.recommend_plan import RecommendOptions, plan_recommendation
     from planner.sim.workload import from_trace
 
     model, gpu = get_model(args.model), get_gpu(args.gpu)
     if args.price is not None:
         gpu = gpu.with_price(args.price)
-    classes = [parse_slo(text) for text in args.slo] if args.slo else list(DEFAULT_CLASSES)
+    options = RecommendOptions(
+        tp=args.tp, engine=args.engine, gpu_memory_utilization=args.gpu_mem_util, max_model_len=args.max_model_len,
+        kv_cache_dtype=args.kv_cache_dtype, slos=tuple(args.slo or ()), headroom=args.headroom,
+        tp_options=_int_list(args.tp_search, "--tp-search") if args.tp_search else (),
+        max_new_tokens_options=tuple(args.max_new_tokens_options.split(",")) if args.max_new_tokens_options else (),
+        details=args.details)
     workload = from_trace(store.open_store(args.db), args.trace)
-    cost = load_params(args.calibration)
-
-    def make_search(tp: int) -> Search:
-        settings = engine_settings(model, gpu, tp=tp, gpu_memory_utilization=args.gpu_mem_util,
-                                   max_model_len=args.max_model_len, kv_cache_dtype=args.kv_cache_dtype)
-        return Search(workload, model, gpu, settings, tp=tp, cost=cost, progress=_progress_printer(not args.quiet))
-    peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if workload.arrival_s[-1] > 60 else None
-    if args.tp_search and args.max_new_tokens_options:
-        raise PlannerError("search --tp-search or --max-new-tokens-options, one at a time")
-    search = None
-    if args.tp_search:
-        rows = recommend_over(make_search, _int_list(args.tp_search, "--tp-search"), classes, peak, args.headroom,
-                              label="tp", gpus=lambda tp: tp, prefer=lambda tp: -tp)
-    elif args.max_new_tokens_options:
-        caps = tuple(_cap(text, workload.output_tokens) for text in args.max_new_tokens_options.split(","))
-
-        def capped_search(cap):
-            base = make_search(args.tp)
-            return replace(base, workload=base.workload.truncated(cap))
-        rows = recommend_over(capped_search, caps, classes, peak, args.headroom, label="max_new_tokens",
-                              gpus=lambda cap: args.tp, prefer=lambda cap: math.inf if cap is None else cap)
-        for row in rows:
-            cap = row["max_new_tokens"]
-            row["truncated_share"] = 0.0 if cap is None else float(np.mean(workload.output_tokens > cap))
-            if cap is not None:
-                row["vllm_args"] += f"  # clients send max_tokens={cap}"
-    else:
-        search = make_search(args.tp)
-        rows = recommend(search, classes, peak_rate_rps=peak, headroom=args.headroom)
-    if args.details and search is not None:
-        from planner.diagnosis import class_details
-
-        for row, slo in zip(rows, classes, strict=True):
-            row["details"] = class_details(search, row, slo, classes)
-    obj = {"trace": args.trace, "model": model.name, "gpu": gpu.name, "tp": args.tp, "peak_rate_rps": peak,
-           "trace_rate_rps": (workload.n - 1) / float(workload.arrival_s[-1] - workload.arrival_s[0]),
-           "simulations": search.simulations if search else None, "classes": rows}
+    obj = {"trace": args.trace, **plan_recommendation(workload, model, gpu, options, load_params(args.calibration),
+                                                      _progress_printer(not args.quiet))}
     lines = [f"{r['name']:12s} {'ok ' if r['feasible'] else 'NO '} qps/replica {r['max_qps_per_replica']:.2f} "
-             f"replicas {r['replicas_for_peak']}  vllm serve {model.hf_id or model.name} {r['vllm_args']}"
-             for r in rows]
+             f"replicas {r['replicas_for_peak']}  {r['launch_command']}" for r in obj["classes"]]
     _emit(args, obj, "\n".join(lines))
 
 
@@ -239,11 +192,15 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
-                   help="e.g. chat:ttft_p99<300 (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
+                   help="e.g. chat:ttft_p99<300 or batch:throughput (repeatable); default ttft_p99<200, "
+                        "tpot_p99<50, throughput")
     p.add_argument("--gpu-mem-util", type=float, default=0.9)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
+    p.add_argument("--engine", default="vllm-v1",
+                   help="the scheduler to recommend for: vllm-v1 (default), vllm-v0 (also compares preemption "
+                        "modes), tgi, trtllm (launcher flags of that engine), orca, static")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")

@@ -20,7 +20,7 @@ from planner.cost_model import CostParams
 from planner.errors import PlannerError
 from planner.hardware import GPU
 from planner.models import ModelSpec
-from planner.sim.engines import EngineSettings
+from planner.sim.engines import EngineSettings, get_engine
 from planner.sim.run import SimResult, saturated, simulate
 from planner.sim.workload import SimWorkload
 
@@ -53,11 +53,15 @@ DEFAULT_CLASSES = (SLOClass("ttft", "ttft", 99, 200.0), SLOClass("tpot", "tpot",
 
 
 def parse_slo(text: str) -> SLOClass:
-    """``NAME:METRIC<VALUE`` with METRIC ``ttft_pNN``, ``tpot_pNN`` or ``e2e_pNN`` in ms (``chat:ttft_p99<300``)."""
+    """``NAME:METRIC<VALUE`` with METRIC ``ttft_pNN``, ``tpot_pNN`` or ``e2e_pNN`` in ms (``chat:ttft_p99<300``);
+    ``NAME:throughput`` is a class with no latency bound."""
+    bare = re.fullmatch(r"\s*([\w.-]+)\s*:\s*throughput\s*", text)
+    if bare:
+        return SLOClass(bare.group(1))
     match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
     if not match:
         raise PlannerError(f"--slo {text!r}: expected NAME:METRIC<VALUE such as chat:ttft_p99<300 "
-                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms)")
+                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), or NAME:throughput")
     name, metric, pct, limit = match.groups()
     return SLOClass(name, metric, float(pct), float(limit))
 
@@ -91,6 +95,7 @@ class Search:
     base: EngineSettings
     tp: int = 1
     cost: CostParams | None = None
+    engine: str = "vllm-v1"
     progress: Callable[[float, str], None] | None = None
     simulations: int = 0
 
@@ -107,7 +112,8 @@ class Search:
             # a request waiting past the queueing bound already fails every class: stop that replay there
             cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                           abort_wait_s=MAX_QUEUE_P99_S * 20)
-            self.cache[key] = simulate(work, self.model, self.gpu, cfg, tp=self.tp, cost=self.cost)
+            self.cache[key] = simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp,
+                                       cost=self.cost)
             self.simulations += 1
         return self.cache[key]
 
@@ -118,7 +124,7 @@ class Search:
         if key not in self.capacities:
             work = replace(self.workload, arrival_s=np.zeros(self.workload.n))
             cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
-            result = simulate(work, self.model, self.gpu, cfg, tp=self.tp, cost=self.cost)
+            result = simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp, cost=self.cost)
             self.simulations += 1
             duration = float(np.nanmax(result.finish))
             self.capacities[key] = (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
@@ -153,10 +159,14 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
         Per class: ``name, slo, feasible, config, max_qps_per_replica, replicas_for_peak, gpus, predicted,
         vllm_args`` (CONTRACT.md), plus cost figures and the evaluated grid.
     """
-    # chunked prefill on over the budget grid; off with the budget vLLM then requires (max_model_len)
-    configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
-    if chunked_off:
-        configs += [(s, search.base.max_model_len, False) for s in seqs_grid]
+    # chunked prefill on over the budget grid; off with the budget vLLM then requires (max_model_len); engines
+    # that only take whole prompts have no budget to search
+    whole_prompts = [(s, search.base.max_model_len, False) for s in seqs_grid]
+    if get_engine(search.engine).chunks_prefill:
+        configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
+        configs += whole_prompts if chunked_off else []
+    else:
+        configs = whole_prompts
     caps = {}
     for i, (s, b, c) in enumerate(configs):
         caps[(s, b, c)] = search.capacity_scale(s, b, c)
@@ -203,7 +213,8 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         best["result"] = search.run(best["max_num_seqs"], best["max_num_batched_tokens"],
                                     _capacity_floor(search, best), best["enable_chunked_prefill"])
     result = best["result"]
-    cfg = {k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")}
+    cfg = {**{k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")},
+           "preemption_mode": search.base.preemption}
     qps = best["max_qps"]
     replicas = math.ceil(peak * headroom / qps) if feasible and peak else None
     out_tok_s = _output_rate(result) if result else 0.0
@@ -217,7 +228,7 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         "throughput_tok_s": out_tok_s,
         "cost_per_hour": price * replicas if replicas else None,
         "cost_per_million_output_tokens": price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
-        "vllm_args": vllm_args(cfg, search), "scale": best.get("scale", 0.0),
+        **launch(cfg, search), "scale": best.get("scale", 0.0),
         "grid": [{k: v for k, v in g.items() if k != "result"} for g in grid],
     }
 
@@ -232,36 +243,11 @@ def _capacity_floor(search: Search, g: dict) -> float:
     return search.capacity_scale(g["max_num_seqs"], g["max_num_batched_tokens"], g["enable_chunked_prefill"]) / 64
 
 
-def vllm_args(cfg: dict, search: Search) -> str:
-    """The ``vllm serve`` flags (vLLM V1 names) of a configuration."""
-    parts = [f"--max-num-seqs {cfg['max_num_seqs']}", f"--max-num-batched-tokens {cfg['max_num_batched_tokens']}"]
-    if not cfg["enable_chunked_prefill"]:
-        parts.append("--no-enable-chunked-prefill")
-    if search.tp > 1:
-        parts.append(f"--tensor-parallel-size {search.tp}")
-    parts.append(f"--max-model-len {search.base.max_model_len}")
-    return " ".join(parts)
-
-
-def recommend_over(make_search: Callable[[object], Search], options: tuple, classes=DEFAULT_CLASSES,
-                   peak_rate_rps: float | None = None, headroom: float = 1.0, label: str = "tp",
-                   gpus: Callable[[object], int] = lambda option: 1,
-                   prefer: Callable[[object], float] = lambda option: 0.0) -> list[dict]:
-    """:func:`recommend` once per option of one more dimension (tensor-parallel degree, a ``max_new_tokens``
-    cap, …); per class the option with the most requests/s per GPU wins, ``prefer`` breaking ties.
-    ``make_search(option)`` builds the search and raises PlannerError when the option does not fit."""
-    per_option = {}
-    for option in options:
-        try:
-            per_option[option] = recommend(make_search(option), classes, peak_rate_rps, headroom)
-        except PlannerError:
-            continue
-    if not per_option:
-        raise PlannerError(f"no {label} fits: tried {', '.join(map(str, options))}")
-    out = []
-    for i, _ in enumerate(classes):
-        choices = [(option, rows[i]) for option, rows in per_option.items()]
-        option, row = max(choices, key=lambda c: (c[1]["max_qps_per_replica"] / gpus(c[0]), prefer(c[0])))
-        out.append({**row, label: option, "qps_per_gpu": row["max_qps_per_replica"] / gpus(option),
-                    f"{label}_compared": {str(o): r["max_qps_per_replica"] / gpus(o) for o, r in choices}})
-    return out
+def launch(cfg: dict, search: Search) -> dict:
+    """``vllm_args``: the ``vllm serve`` flags (the engine's own for vLLM engines, else the vLLM V1 equivalent);
+    ``launch_command``: the chosen engine's full command line."""
+    engine = get_engine(search.engine)
+    vllm = engine if engine.name.startswith("vllm") else get_engine("vllm-v1")
+    model_id = search.model.hf_id or search.model.name
+    return {"vllm_args": vllm.launch_args(cfg, search.tp, search.base.max_model_len),
+            "launch_command": engine.command(cfg, model_id, search.tp, search.base.max_model_len)}

@@ -1,6 +1,7 @@
 """The step-time cost model against the reference worked examples, its monotonicity, and calibration."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from planner.sim.run import engine_settings, simulate
 from planner.sim.workload import synthetic
 
 LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
-MBU08 = CostParams(mbu=0.8, step_overhead_s=0.0, seq_overhead_s=0.0)
+# the reference's arithmetic is the ideal roofline, max(compute, memory): a very sharp knee
+MBU08 = CostParams(mbu=0.8, step_overhead_s=0.0, seq_overhead_s=0.0, roofline_p=64.0)
 
 
 def test_reference_worked_examples():
@@ -24,16 +26,32 @@ def test_reference_worked_examples():
     assert decode["bound"] == "memory" and decode["step_ms"] == pytest.approx(15.1, abs=0.5)      # ≈ 15–16 ms
     # ≈ 0.16 s there, counting 2 · all 8.03B parameters per token; the embedding lookup costs no FLOPs and the
     # output head runs only for the sampled position: 2 · 6.98B · 2048 + causal attention 1.1 TFLOP
-    prefill = predict_step(LLAMA8, A100, [(2048, 0)], [], params=CostParams(mfu=0.7))
+    prefill = predict_step(LLAMA8, A100, [(2048, 0)], [], params=CostParams(mfu=0.7, roofline_p=64.0))
     flops = 2 * (8_030_261_248 - 2 * 128256 * 4096) * 2048 + 4 * 32 * 4096 * 2048 * 2049 / 2 + 2 * 128256 * 4096
     assert prefill["bound"] == "compute"
     assert prefill["compute_ms"] == pytest.approx(flops / (0.7 * 312e12) * 1e3, rel=1e-9)
     assert 130 < prefill["step_ms"] < 160
-    mixed_2048 = predict_step(LLAMA8, A100, [(1984, 0)], [(64, 1024)], params=CostParams(mfu=0.7))
-    mixed_512 = predict_step(LLAMA8, A100, [(448, 0)], [(64, 1024)], params=CostParams(mfu=0.7))
+    mixed_2048 = predict_step(LLAMA8, A100, [(1984, 0)], [(64, 1024)], params=CostParams(mfu=0.7, roofline_p=64.0))
+    mixed_512 = predict_step(LLAMA8, A100, [(448, 0)], [(64, 1024)], params=CostParams(mfu=0.7, roofline_p=64.0))
     assert 125 < mixed_2048["step_ms"] < 160 and 30 < mixed_512["step_ms"] < 40           # ≈ 155 / ≈ 38 ms
-    tp4 = predict_step(LLAMA70, A100, [], [(32, 2048)], tp=4, params=CostParams(mbu=0.8))
+    tp4 = predict_step(LLAMA70, A100, [], [(32, 2048)], tp=4, params=CostParams(mbu=0.8, roofline_p=64.0))
     assert 26 <= tp4["step_ms"] <= 35                                                            # ≈ 28–33 ms
+
+
+def test_the_default_knee_matches_measured_gemms_near_the_ridge():
+    from planner.cost_model import _busy
+
+    # performance-models.md §2, Vidur A100 Llama-3-8B mlp_up_proj (117.4M params, 235 MB): 0.142 ms at 1 token
+    # (memory), 75% MFU at 4,096 tokens; 128 tokens measured at ~1.3x the 1-token time
+    memory_ms, compute_ms = 0.142, 2 * 117.4e6 * 128 / (0.75 * 312e12) * 1e3
+    assert _busy(compute_ms, memory_ms, CostParams().roofline_p) / memory_ms == pytest.approx(1.3, rel=0.05)
+    assert _busy(compute_ms, memory_ms, 64.0) / memory_ms == pytest.approx(1.0)     # the ideal roofline: 1.0x
+    far = 2 * 117.4e6 * 4096 / (0.75 * 312e12) * 1e3
+    assert _busy(far, memory_ms, 2.0) == pytest.approx(far, rel=1e-3)                # far from the ridge: compute
+    # and a whole step: the smooth knee adds at most sqrt(2)-1 over the ideal roofline, most at the ridge
+    smooth = predict_step(LLAMA8, A100, [], [(64, 1024)], params=replace(MBU08, roofline_p=2.0))
+    assert smooth["memory_ms"] < smooth["step_ms"] <= smooth["memory_ms"] * 2 ** 0.5
+    assert smooth["overlap_loss_ms"] == pytest.approx(smooth["step_ms"] - smooth["memory_ms"])
 
 
 def test_step_time_grows_with_work_and_shrinks_with_efficiency():

@@ -51,6 +51,16 @@ class Engine:
     help: str
     run: Callable[..., RawRun]
     reserves_max_new: bool = False     # needs a max_new_tokens (defaults to max_model_len - prompt)
+    chunks_prefill: bool = True        # honours chunked prefill and a token budget below max_model_len
+    preemption_modes: tuple[str, ...] = ("recompute",)   # what a recommendation may choose between
+    launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
+    launch_args: Callable[[dict, int, int], str] | None = None   # (config, tp, max_model_len) -> its flags
+
+    def command(self, config: dict, model_id: str, tp: int, max_model_len: int) -> str:
+        """The command line that starts this engine with ``config`` (a recommendation's settings)."""
+        if self.launcher is None or self.launch_args is None:
+            return f"# {self.label} is a research scheduler with no production launcher"
+        return f"{self.launcher.format(model=model_id)} {self.launch_args(config, tp, max_model_len)}"
 
 
 def reservation_limit(prompt: np.ndarray, settings: EngineSettings) -> np.ndarray:

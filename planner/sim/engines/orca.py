@@ -14,4 +14,4 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
 
 ENGINE = Engine("orca", "Orca", "Iteration-level batching (requests join and leave every step) with each request's "
                 "prompt + max_new_tokens reserved at admission; whole prompts, no chunking; never preempts.", run,
-                reserves_max_new=True)
+                reserves_max_new=True, chunks_prefill=False)

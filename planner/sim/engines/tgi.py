@@ -12,6 +12,18 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     return RawRun(*out)
 
 
+def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+    """``text-generation-launcher`` flags: the token budget is ``--max-batch-prefill-tokens``; TGI sizes the
+    batch by KV tokens, so ``--max-batch-size`` is the sequence cap (CUDA honours it as a ceiling)."""
+    parts = [f"--max-batch-prefill-tokens {config['max_num_batched_tokens']}",
+             f"--max-batch-size {config['max_num_seqs']}", f"--max-input-tokens {max_model_len - 1}",
+             f"--max-total-tokens {max_model_len}"]
+    if tp > 1:
+        parts.append(f"--num-shard {tp}")
+    return " ".join(parts)
+
+
 ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
                 "output is re-queued per 1,024-token chunk with what it generated as prompt; never preempts "
-                "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reserves_max_new=True)
+                "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reserves_max_new=True,
+                launcher="text-generation-launcher --model-id {model}", launch_args=launch_args)

@@ -21,7 +21,16 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     return RawRun(*out)
 
 
+def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+    """``trtllm-serve`` flags (the PyTorch backend's names)."""
+    parts = [f"--max_batch_size {config['max_num_seqs']}", f"--max_num_tokens {config['max_num_batched_tokens']}",
+             f"--max_seq_len {max_model_len}"]
+    if tp > 1:
+        parts.append(f"--tp_size {tp}")
+    return " ".join(parts)
+
+
 ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",
                 "In-flight batching with max_num_tokens per step; a request is admitted only when its prompt + "
                 "max output fits in 32-token blocks, so a started request is never paused.", run,
-                reserves_max_new=True)
+                reserves_max_new=True, launcher="trtllm-serve {model}", launch_args=launch_args)

@@ -144,8 +144,23 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
                               log_every))
 
 
+def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+    """Flags of vLLM ≤ 0.10 running its V0 engine (``--preemption-mode`` left with V0)."""
+    budget = max(config["max_num_batched_tokens"], max_model_len)     # V0 without chunking needs a whole prompt
+    parts = [f"--max-num-seqs {config['max_num_seqs']}", f"--max-num-batched-tokens {budget}",
+             f"--preemption-mode {config.get('preemption_mode', 'recompute')}"]
+    if config.get("preemption_mode") == "swap":
+        parts.append("--swap-space 16")
+    if tp > 1:
+        parts.append(f"--tensor-parallel-size {tp}")
+    parts.append(f"--max-model-len {max_model_len}")
+    return " ".join(parts)
+
+
 ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
                 "Prefill-priority: a step admits waiting prompts (whole, up to max(max_num_batched_tokens, "
                 "max_model_len) tokens, keeping 1% of blocks free) and pauses decodes, else every running sequence "
                 "decodes one token; when blocks run out the latest request is preempted by recompute, or swapped "
-                "to the host and back over PCIe (--preemption swap).", run)
+                "to the host and back over PCIe (--preemption swap).", run,
+                preemption_modes=("recompute", "swap"), chunks_prefill=False,
+                launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args)

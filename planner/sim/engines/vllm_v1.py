@@ -22,8 +22,19 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     return RawRun(*out)
 
 
+def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+    """``vllm serve`` flags (vLLM V1 names) of a configuration."""
+    parts = [f"--max-num-seqs {config['max_num_seqs']}", f"--max-num-batched-tokens {config['max_num_batched_tokens']}"]
+    if not config["enable_chunked_prefill"]:
+        parts.append("--no-enable-chunked-prefill")
+    if tp > 1:
+        parts.append(f"--tensor-parallel-size {tp}")
+    parts.append(f"--max-model-len {max_model_len}")
+    return " ".join(parts)
+
+
 ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens) per step: running requests first "
                 "(a decode costs one token, partial prefills continue), then FCFS admission while fewer than "
                 "max_num_seqs run and blocks exist for the first chunk; no admission in a step that preempted; "
                 "blocks allocated lazily; the last admitted request is preempted by recompute when they run out.",
-                run)
+                run, launcher="vllm serve {model}", launch_args=launch_args)
