@@ -150,3 +150,17 @@ def test_the_seeds_remedies_under_kv_pressure():
     assert p95["tpot_ms"]["p99"] < lazy["tpot_ms"]["p99"]                          # ... for steadier decoding
     assert shortest["ttft_ms"]["p50"] < lazy["ttft_ms"]["p50"] / 5                  # short requests jump the queue
     assert shortest["ttft_ms"]["p99"] > lazy["ttft_ms"]["p99"]                      # long ones starve
+
+
+def test_every_jitted_module_keys_the_numba_cache():
+    import hashlib
+    import os
+    from pathlib import Path
+
+    import planner
+
+    root = Path(planner.__file__).parent
+    jitted = {p.relative_to(root).as_posix() for p in root.rglob("*.py") if "numba.njit" in p.read_text()}
+    assert jitted == set(planner.JIT_SOURCES)          # an edit to any of them selects a fresh compiled cache
+    digest = hashlib.sha256(b"".join((root / s).read_bytes() for s in planner.JIT_SOURCES)).hexdigest()[:16]
+    assert Path(os.environ["NUMBA_CACHE_DIR"]).name == digest
