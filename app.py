@@ -1,16 +1,34 @@
-"""LLM serving capacity planner: the frame shared by every page (navigation, page config, trace picker)."""
+"""LLM serving capacity planner: the frame shared by every page (navigation, page config, sign-in, trace picker).
+
+A shared report link (``?report=<id>``) opens that report read-only for anyone who has it, signed in or not.
+"""
 
 import streamlit as st
 
-from pages._shared import connection
+from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
 from planner import store
 
 st.set_page_config(page_title="LLM capacity planner", page_icon=":material/speed:", layout="wide")
 
-traces = store.list_traces(connection())
+if st.query_params.get("report"):
+    st.navigation([st.Page("pages/report_view.py", title="Shared report", url_path="shared")],
+                  position="hidden").run()
+    st.stop()
+
+if sign_in_configured() and not signed_in():
+    st.title("LLM capacity planner")
+    st.write("Sign in to see your workspace: your traces are listed to you only. Report links work without it.")
+    st.button("Sign in", type="primary", on_click=st.login, key="sign_in")
+    st.stop()
+
+owner = workspace_owner()
+traces = store.list_traces(connection(), owner)
 names = [t.name for t in traces]
 by_name = {t.name: t for t in traces}
 with st.sidebar:
+    if owner:
+        st.caption(f"Workspace of {owner}")
+        st.button("Sign out", on_click=st.logout, key="sign_out")
     st.markdown("### Trace")
     if names:
         default = names.index("sample_chat") if "sample_chat" in names else 0
@@ -35,6 +53,7 @@ page = st.navigation([
     st.Page("pages/memory.py", title="Memory & capacity", icon=":material/memory:", url_path="memory"),
     st.Page("pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate"),
     st.Page("pages/recommend.py", title="Recommend", icon=":material/recommend:", url_path="recommend"),
+    st.Page("pages/report.py", title="Report", icon=":material/description:", url_path="report"),
     st.Page("pages/traces.py", title="Traces", icon=":material/upload_file:", url_path="traces"),
 ])
 page.run()

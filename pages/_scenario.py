@@ -67,3 +67,41 @@ def scenario() -> dict:
     return {"model": model, "gpu": gpu, "tp": int(tp), "gpu_memory_utilization": float(util),
             "max_model_len": int(max_len) or None, "kv_cache_dtype": kv_dtype, "block_size": int(block),
             "weight_dtype": model.weight_dtype if weight_dtype == "model default" else weight_dtype}
+
+
+def search_controls(s: dict) -> dict:
+    """SLO classes, headroom, engine and the compared options of a recommendation (Recommend and Report pages
+    share them, and the URL): the ``params`` :func:`pages._shared.recommendation` caches on.
+
+    Raises
+    ------
+    PlannerError
+        For a malformed SLO class or TP list, before any search runs.
+    """
+    from planner.recommend import parse_slo
+    from planner.sim.engines import ENGINES
+
+    c = st.columns([3, 1])
+    slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **URL,
+                               help="NAME:METRIC<VALUE separated by ';' (METRIC ttft_pNN, tpot_pNN or e2e_pNN in "
+                                    "ms); a throughput class (no latency bound) is always added")
+    headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **URL)
+    c = st.columns(3)
+    engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,
+                            help="; ".join(f"{e.name}: {e.label}" for e in ENGINES.values())
+                            + ". vllm-v0 also compares recompute and swap preemption.")
+    tp_text = c[1].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **URL,
+                              help="by requests/s per GPU; empty: the scenario's TP")
+    caps_text = c[2].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **URL,
+                                help="none, integers, or pNN percentiles of the trace's output lengths")
+    slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
+    for text in slos:
+        parse_slo(text)
+    try:
+        tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
+    except ValueError:
+        raise PlannerError(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4") from None
+    return {"model": repr(s["model"]), "gpu": repr(s["gpu"]), "tp": s["tp"], "util": s["gpu_memory_utilization"],
+            "max_len": s["max_model_len"], "kv_dtype": s["kv_cache_dtype"], "slos": slos, "headroom": headroom,
+            "engine": engine, "tp_options": tp_options,
+            "caps": tuple(t.strip() for t in caps_text.split(",") if t.strip())}

@@ -35,6 +35,26 @@ def connection():
     return get_store(str(store.default_db_path()))
 
 
+def sign_in_configured() -> bool:
+    """Whether ``.streamlit/secrets.toml`` configures OIDC sign-in (an ``[auth]`` section)."""
+    try:
+        return "auth" in st.secrets
+    except (FileNotFoundError, KeyError, st.errors.StreamlitSecretNotFoundError):
+        return False
+
+
+def signed_in() -> bool:
+    # st.user holds no is_logged_in key until an identity provider has answered (and never under AppTest)
+    return bool(st.user.get("is_logged_in", False))
+
+
+def workspace_owner() -> str | None:
+    """The signed-in user whose workspace this session sees; None in a single-workspace app."""
+    if not sign_in_configured() or not signed_in():
+        return None
+    return str(st.user.get("email") or st.user.get("sub"))
+
+
 def selected_trace() -> store.TraceInfo | None:
     """The trace picked in the sidebar, or None when the store is empty."""
     require_frame()
@@ -107,14 +127,21 @@ def simulation(trace_id: str, params: dict, _model, _gpu):
     return summarize(result), result.ttft_s, result.tpot_s
 
 
+def recommend_options(params: dict, details: bool = False):
+    """The :class:`planner.recommend_plan.RecommendOptions` of :func:`pages._scenario.search_controls`' params."""
+    from planner.recommend_plan import RecommendOptions
+
+    return RecommendOptions(tp=params["tp"], engine=params["engine"], gpu_memory_utilization=params["util"],
+                            max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
+                            slos=params["slos"], headroom=params["headroom"], tp_options=params["tp_options"],
+                            max_new_tokens_options=params["caps"], details=details)
+
+
 @st.cache_data(max_entries=16, show_spinner=False)
 def recommendation(trace_id: str, params: dict, _model, _gpu, _progress=None):
     """:func:`planner.recommend_plan.plan_recommendation` with details, cached per trace and parameters."""
-    from planner.recommend_plan import RecommendOptions, plan_recommendation
+    from planner.recommend_plan import plan_recommendation
     from planner.sim.workload import from_trace
 
-    options = RecommendOptions(tp=params["tp"], engine=params["engine"], gpu_memory_utilization=params["util"],
-                               max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
-                               slos=params["slos"], headroom=params["headroom"], tp_options=params["tp_options"],
-                               max_new_tokens_options=params["caps"], details=True)
-    return plan_recommendation(from_trace(connection(), trace_id), _model, _gpu, options, progress=_progress)
+    return plan_recommendation(from_trace(connection(), trace_id), _model, _gpu,
+                               recommend_options(params, details=True), progress=_progress)

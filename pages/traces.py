@@ -1,5 +1,6 @@
 """Traces: upload a request log, check its detected mapping and preview, ingest it, see what was rejected."""
 
+import os
 import tempfile
 import threading
 from pathlib import Path
@@ -8,7 +9,7 @@ import polars as pl
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from pages._shared import connection, rejects_csv, require_frame
+from pages._shared import connection, rejects_csv, require_frame, workspace_owner
 from planner import store
 from planner.errors import PlannerError
 from planner.ingest import ingest_file
@@ -21,14 +22,18 @@ DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe"
 ARRIVAL_UNITS = ("auto", "datetime", "s", "ms", "us", "ns")
 LATENCY_UNITS = ("auto", "ms", "s", "us")
 
+# an operator may lower the upload limit below server.maxUploadSize (1 GB in .streamlit/config.toml)
+MAX_UPLOAD_MB = int(os.environ.get("PLANNER_MAX_UPLOAD_MB", "1024"))
+
 require_frame()
 st.title("Traces")
+owner = workspace_owner()
 uploaded = st.file_uploader(
-    "Request log", key="traces_upload",
+    "Request log", key="traces_upload", max_upload_size=MAX_UPLOAD_MB,
     type=["csv", "tsv", "txt", "jsonl", "ndjson", "json", "parquet", "gz", "zst", "zstd"],
     help="CSV/TSV, JSON Lines, JSON, Parquet, optionally gzip/zstd-compressed. Azure, BurstGPT, Mooncake, Vidur, "
-         "vLLM benchmark and OpenAI usage layouts map themselves. For files over 1 GB use "
-         "`python -m planner ingest PATH`.")
+         f"vLLM benchmark and OpenAI usage layouts map themselves. Uploads up to {MAX_UPLOAD_MB:,} MB; for larger "
+         "files use `python -m planner ingest PATH` on the server.")
 
 
 def saved_upload(file) -> Path:
@@ -101,7 +106,7 @@ def upload_section(uploaded) -> None:
             try:
                 result = ingest_file(connection(), path, name=name or None, fmt=fmt, overrides=overrides,
                                      unit_overrides=units, dialect=dialect, source_file=uploaded.name,
-                                     on_progress=show)
+                                     on_progress=show, owner=owner)
             except PlannerError as exc:
                 status.update(label="Ingest failed: nothing was stored", state="error")
                 st.error(str(exc))
@@ -131,14 +136,16 @@ if last:
                            mime="text/csv", on_click="ignore", key="traces_rejects_download")
 
 st.subheader("Stored traces")
-traces = store.list_traces(connection())
+traces = store.list_traces(connection(), owner)
 st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.rows, "failed": t.failed,
                             "rejected": t.rejected, "format": t.format, "layout": t.layout,
                             "source": t.source_file, "created": t.created} for t in traces]),
              hide_index=True, key="traces_table")
-if traces:
-    with st.expander("Delete a trace"):
-        doomed = st.selectbox("Trace to delete", [t.name for t in traces], key="traces_delete_pick")
-        if st.button("Delete", key="traces_delete"):
-            store.delete_trace(connection(), store.get_trace(connection(), doomed).trace_id)
+# signed in, only traces in one's own workspace can be removed; shared ones (the sample) stay
+removable = traces if owner is None else [t for t in traces if t.trace_id in store.owned_trace_ids(connection(), owner)]
+if removable:
+    with st.expander("Delete a trace" if owner is None else "Remove a trace from my workspace"):
+        doomed = st.selectbox("Trace", [t.name for t in removable], key="traces_delete_pick")
+        if st.button("Delete" if owner is None else "Remove", key="traces_delete"):
+            store.remove_trace(connection(), store.get_trace(connection(), doomed).trace_id, owner)
             st.rerun()

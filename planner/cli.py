@@ -16,6 +16,7 @@ from dataclasses import replace
 from planner import store
 from planner.errors import PlannerError
 from planner.cli_sim import add_simulation_commands
+from planner.cli_report import add_report_command
 from planner.cli_output import clean as _clean
 from planner.cli_output import emit as _emit
 from planner.cli_output import progress_printer as _progress_printer
@@ -212,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_memory)
 
     add_simulation_commands(command)
+    add_report_command(command)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")

@@ -105,12 +105,12 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
         raise PlannerError(f"{flag} {text!r}: expected integers such as 1,2,4") from exc
 
 
-def cmd_recommend(args) -> None:
+def recommend_inputs(args):
+    """``(model, gpu, RecommendOptions, CostParams)`` from the flags :func:`add_recommend_flags` registers."""
     from planner.cost_model import load_params
     from planner.hardware import get_gpu
     from planner.model_catalog import get_model
-    from planner.recommend_plan import RecommendOptions, plan_recommendation
-    from planner.sim.workload import from_trace
+    from planner.recommend_plan import RecommendOptions
 
     model, gpu = get_model(args.model), get_gpu(args.gpu)
     if args.price is not None:
@@ -120,13 +120,45 @@ def cmd_recommend(args) -> None:
         kv_cache_dtype=args.kv_cache_dtype, slos=tuple(args.slo or ()), headroom=args.headroom,
         tp_options=_int_list(args.tp_search, "--tp-search") if args.tp_search else (),
         max_new_tokens_options=tuple(args.max_new_tokens_options.split(",")) if args.max_new_tokens_options else (),
-        details=args.details)
+        details=getattr(args, "details", True))
+    return model, gpu, options, load_params(args.calibration)
+
+
+def cmd_recommend(args) -> None:
+    from planner.recommend_plan import plan_recommendation
+    from planner.sim.workload import from_trace
+
+    model, gpu, options, cost = recommend_inputs(args)
     workload = from_trace(store.open_store(args.db), args.trace)
-    obj = {"trace": args.trace, **plan_recommendation(workload, model, gpu, options, load_params(args.calibration),
+    obj = {"trace": args.trace, **plan_recommendation(workload, model, gpu, options, cost,
                                                       _progress_printer(not args.quiet))}
     lines = [f"{r['name']:12s} {'ok ' if r['feasible'] else 'NO '} qps/replica {r['max_qps_per_replica']:.2f} "
              f"replicas {r['replicas_for_peak']}  {r['launch_command']}" for r in obj["classes"]]
     _emit(args, obj, "\n".join(lines))
+
+
+def add_recommend_flags(p) -> None:
+    """The scenario and search flags ``recommend`` and ``report`` share."""
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--model", required=True)
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
+                   help="e.g. chat:ttft_p99<300 or batch:throughput (repeatable); default ttft_p99<200, "
+                        "tpot_p99<50, throughput")
+    p.add_argument("--gpu-mem-util", type=float, default=0.9)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
+    p.add_argument("--engine", default="vllm-v1",
+                   help="the scheduler to recommend for: vllm-v1 (default), vllm-v0 (also compares preemption "
+                        "modes), tgi, trtllm (launcher flags of that engine), orca, static")
+    p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
+    p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
+                   help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
+    p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
+    p.add_argument("--calibration", help="a file written by `calibrate`")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def add_simulation_commands(command) -> None:
@@ -187,26 +219,7 @@ def add_simulation_commands(command) -> None:
     p.set_defaults(func=cmd_calibrate)
 
     p = command("recommend", "per SLO class: the vLLM settings that sustain the most requests/s on the trace")
-    p.add_argument("trace", help="trace id or name")
-    p.add_argument("--model", required=True)
-    p.add_argument("--gpu", required=True)
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
-                   help="e.g. chat:ttft_p99<300 or batch:throughput (repeatable); default ttft_p99<200, "
-                        "tpot_p99<50, throughput")
-    p.add_argument("--gpu-mem-util", type=float, default=0.9)
-    p.add_argument("--max-model-len", type=int)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
-    p.add_argument("--engine", default="vllm-v1",
-                   help="the scheduler to recommend for: vllm-v1 (default), vllm-v0 (also compares preemption "
-                        "modes), tgi, trtllm (launcher flags of that engine), orca, static")
-    p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
-    p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
-                   help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
-    p.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
-    p.add_argument("--calibration", help="a file written by `calibrate`")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_recommend_flags(p)
     p.add_argument("--details", action="store_true",
                    help="add knob sweeps, the Pareto front, a tornado of ±20%% changes and the diagnosis per class")
     p.set_defaults(func=cmd_recommend)

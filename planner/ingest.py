@@ -227,7 +227,8 @@ def _row_sql(structural: list[tuple[int, str, str]], first_rowid: int = 0) -> st
 def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
                 fmt: str = "auto", overrides: dict[str, str] | None = None,
                 unit_overrides: dict[str, str] | None = None, dialect: Dialect | None = None,
-                source_file: str | None = None, on_progress: ProgressFn | None = None) -> IngestResult:
+                source_file: str | None = None, on_progress: ProgressFn | None = None,
+                owner: str | None = None) -> IngestResult:
     """Ingest one request log into the store, as a single transaction.
 
     Parameters
@@ -248,6 +249,8 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         File name to record (an upload's original name rather than its temporary path).
     on_progress : callable, optional
         Called with ``(fraction, message)`` as the ingest proceeds.
+    owner : str, optional
+        The signed-in user whose workspace lists the trace (also when the bytes were stored before).
 
     Returns
     -------
@@ -268,6 +271,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     if not content.background:
         existing = store.find_by_hash(con, content.value())
         if existing is not None:
+            store.link_owner(con, existing.trace_id, owner)
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
 
@@ -278,6 +282,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     mapping = detect_mapping(list(source.columns), overrides, unit_overrides)
     plan = plan_parse(cur, source, mapping)
     notes = list(source.notes)
+    store.WRITE_LOCK.acquire()      # one writer at a time: names stay unique, duplicates are seen
     cur.execute("BEGIN")
     try:
         with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
@@ -286,6 +291,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         existing = store.find_by_hash(cur, sha)
         if existing is not None:  # a large duplicate, found once its background hash was done
             cur.execute("ROLLBACK")
+            store.link_owner(cur, existing.trace_id, owner)
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
         trace_id = sha[:16]
@@ -334,6 +340,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
              "kind": time_kind.kind if has_time else None,
              "res": time_kind.resolution_s if has_time else None,
              "start": float(t0) if has_time and time_kind.is_wall_clock else None, "notes": json.dumps(notes)})
+        store.link_owner(cur, trace_id, owner)
         cur.execute("COMMIT")
     except PlannerError:
         cur.execute("ROLLBACK")
@@ -345,6 +352,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         for table in (source.rejects_table, f"{staging}_scans"):
             if table:
                 cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
+        store.WRITE_LOCK.release()
     report(1.0, "stored")
     return _result_from_trace(store.get_trace(con, trace_id), None)
 

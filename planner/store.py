@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,26 @@ CREATE TABLE IF NOT EXISTS rejects (
     raw VARCHAR,
     reason VARCHAR NOT NULL
 );
+CREATE TABLE IF NOT EXISTS workspace_traces (  -- signed-in users' workspaces; an unlinked trace is shared
+    owner VARCHAR NOT NULL,
+    trace_id VARCHAR NOT NULL,
+    PRIMARY KEY (owner, trace_id)
+);
+CREATE TABLE IF NOT EXISTS reports (           -- saved reports, opened by their unguessable id
+    report_id VARCHAR PRIMARY KEY,
+    created TIMESTAMP NOT NULL,
+    trace_id VARCHAR NOT NULL,
+    owner VARCHAR,
+    title VARCHAR NOT NULL,
+    body_json VARCHAR NOT NULL,
+    body_html VARCHAR NOT NULL,
+    body_md VARCHAR NOT NULL
+);
 """
+
+# Writes are serialized within the process (the app is one process with one connection): concurrent uploads
+# from several sessions then never race on a name or a duplicate check, and each lands whole.
+WRITE_LOCK = threading.RLock()
 
 def default_db_path() -> Path:
     """Return the store path: ``$PLANNER_DB`` if set, else ``traces.duckdb`` in the user's data directory."""
@@ -144,10 +164,16 @@ def _trace_from_row(cols: list[str], row: tuple) -> TraceInfo:
     return TraceInfo(**rec)
 
 
-def list_traces(con: duckdb.DuckDBPyConnection) -> list[TraceInfo]:
-    """All stored traces, newest first."""
+def list_traces(con: duckdb.DuckDBPyConnection, owner: str | None = None) -> list[TraceInfo]:
+    """Stored traces, newest first: all of them, or those in ``owner``'s workspace plus the shared ones (linked
+    to nobody: the bundled sample, CLI ingests)."""
     cur = con.cursor()
-    rel = cur.sql("SELECT * FROM traces ORDER BY created DESC, name")
+    if owner is None:
+        rel = cur.sql("SELECT * FROM traces ORDER BY created DESC, name")
+    else:
+        rel = cur.sql("SELECT * FROM traces WHERE trace_id IN (SELECT trace_id FROM workspace_traces WHERE owner = $o)"
+                      " OR trace_id NOT IN (SELECT trace_id FROM workspace_traces) ORDER BY created DESC, name",
+                      params={"o": owner})
     cols = rel.columns
     return [_trace_from_row(cols, r) for r in rel.fetchall()]
 
@@ -179,6 +205,14 @@ def find_by_hash(con: duckdb.DuckDBPyConnection, sha256: str) -> TraceInfo | Non
     return _trace_from_row(cols, rows[0]) if rows else None
 
 
+def content_hash(con: duckdb.DuckDBPyConnection, trace_id: str) -> str:
+    """SHA-256 of the bytes a trace was ingested from."""
+    row = con.cursor().execute("SELECT content_sha256 FROM traces WHERE trace_id = $t", {"t": trace_id}).fetchone()
+    if row is None:
+        raise PlannerError(f"no trace with id {trace_id!r}")
+    return row[0]
+
+
 def unique_name(con: duckdb.DuckDBPyConnection, wanted: str) -> str:
     """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken."""
     cur = con.cursor()
@@ -207,16 +241,44 @@ def rejects_csv(con: duckdb.DuckDBPyConnection, trace_id: str) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
+def link_owner(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None) -> None:
+    """Add a trace to ``owner``'s workspace (no owner: nothing to do)."""
+    if owner:
+        with WRITE_LOCK:
+            con.cursor().execute("INSERT OR IGNORE INTO workspace_traces VALUES ($o, $t)",
+                                 {"o": owner, "t": trace_id})
+
+
+def owned_trace_ids(con: duckdb.DuckDBPyConnection, owner: str) -> set[str]:
+    """Traces linked to ``owner``'s workspace (those a signed-in user may remove)."""
+    rows = con.cursor().execute("SELECT trace_id FROM workspace_traces WHERE owner = $o", {"o": owner}).fetchall()
+    return {r[0] for r in rows}
+
+
+def remove_trace(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None = None) -> None:
+    """Take a trace out of ``owner``'s workspace, deleting it once no workspace keeps it; without an owner (a
+    single-workspace app, the CLI) delete it outright."""
+    if owner is None:
+        delete_trace(con, trace_id)
+        return
+    with WRITE_LOCK:
+        cur = con.cursor()
+        cur.execute("DELETE FROM workspace_traces WHERE owner = $o AND trace_id = $t", {"o": owner, "t": trace_id})
+        if not cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t", {"t": trace_id}).fetchone()[0]:
+            delete_trace(con, trace_id)
+
+
 def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:
-    """Remove a trace, its requests and its rejects in one transaction."""
-    cur = con.cursor()
-    cur.execute("BEGIN")
-    try:
-        cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
-        cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
-        cur.execute("DELETE FROM rejects WHERE trace_id = $t", {"t": trace_id})
-        cur.execute("DELETE FROM traces WHERE trace_id = $t", {"t": trace_id})
-        cur.execute("COMMIT")
-    except Exception:
-        cur.execute("ROLLBACK")
-        raise
+    """Remove a trace, its requests, its rejects and its workspace links in one transaction."""
+    with WRITE_LOCK:
+        cur = con.cursor()
+        cur.execute("BEGIN")
+        try:
+            cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
+            cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
+            for table in ("rejects", "workspace_traces", "traces"):
+                cur.execute(f"DELETE FROM {table} WHERE trace_id = $t", {"t": trace_id})
+            cur.execute("COMMIT")
+        except Exception:
+            cur.execute("ROLLBACK")
+            raise

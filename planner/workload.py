@@ -87,10 +87,11 @@ def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap:
         out.update({k: summary[k] for k in ("cv", "poisson_consistent", "poisson_test", "quantized", "quantum_s",
                                              "tie_fraction")})
         return out
-    return _length_fit_dict(fld, fit_length_field(con, info.trace_id, fld, cap=cap, detect=detect))
+    return length_fit_dict(fld, fit_length_field(con, info.trace_id, fld, cap=cap, detect=detect))
 
 
-def _length_fit_dict(fld: str, fit: LengthFit) -> dict:
+def length_fit_dict(fld: str, fit: LengthFit) -> dict:
+    """JSON-ready summary of a :class:`LengthFit` (the ``fit`` CLI object for a length field)."""
     return {"field": fld, "n": fit.n, "best": fit.best, "censored_at": fit.censored_at,
             "censored_fraction": fit.censored_fraction, "empirical_quantiles": fit.empirical_quantiles,
             "candidates": [c.as_dict() for c in fit.candidates]}

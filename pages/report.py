@@ -1,0 +1,59 @@
+"""Report: this trace and scenario as one shareable report (HTML, Markdown, JSON), saved under a private link."""
+
+import streamlit as st
+
+from pages._scenario import scenario, search_controls
+from pages._shared import (connection, recommend_options, recommendation, require_frame, selected_trace,
+                           workspace_owner)
+from planner.errors import PlannerError
+from planner.report import build_report
+from planner.report_store import load_report, publish_report
+
+require_frame()
+st.title("Report")
+s = scenario()
+info = selected_trace()
+if info is None:
+    st.info("Select a trace in the sidebar.")
+    st.stop()
+try:
+    params = search_controls(s)
+except PlannerError as exc:
+    st.error(str(exc))
+    st.stop()
+st.caption("Workload and fits, memory and capacity, a replay at the trace's own rate, recommendations with "
+           "commands, sensitivity plots and every assumption, with the trace's content hash: one file that opens "
+           "offline. Saving stores it under an unguessable link that opens it read-only for anyone who has it.")
+
+if st.button("Build and save the report", type="primary", key="report_build"):
+    bar = st.progress(0.0, text="starting")
+    try:
+        rec = None
+        if info.has_timestamps:     # the Recommend page's cached search, when it ran with the same settings
+            rec = recommendation(info.trace_id, params, s["model"], s["gpu"],
+                                 lambda f, m: bar.progress(0.8 * min(f, 1.0), text=f"recommending: {m}"))
+        body = build_report(connection(), info.trace_id, s["model"], s["gpu"], recommend_options(params),
+                            recommendation=rec,
+                            progress=lambda f, m: bar.progress(0.8 + 0.15 * min(f, 1.0), text=m))
+        bar.progress(0.96, text="rendering charts")
+        st.session_state["report_saved"] = publish_report(connection(), body, workspace_owner()).report_id
+        bar.progress(1.0, text="saved")
+    except PlannerError as exc:
+        bar.empty()
+        st.error(str(exc))
+        st.stop()
+
+saved_id = st.session_state.get("report_saved")
+if saved_id:
+    saved = load_report(connection(), saved_id)
+    link = f"{st.context.url.split('?')[0].rsplit('/report', 1)[0]}/?report={saved_id}"
+    st.success(f"Saved: **{saved.title}**")
+    st.code(link, language=None)
+    stem = f"capacity-report-{saved_id}"
+    c = st.columns(3)
+    c[0].download_button("Download HTML", saved.html, f"{stem}.html", "text/html", on_click="ignore",
+                         key="report_html", type="primary")
+    c[1].download_button("Download Markdown", saved.markdown, f"{stem}.md", "text/markdown", on_click="ignore",
+                         key="report_md")
+    c[2].download_button("Download JSON", saved.body_json(), f"{stem}.json", "application/json",
+                         on_click="ignore", key="report_json")

@@ -1,0 +1,149 @@
+"""Reports: the CLI contract, every section in all three twins, reproducibility facts, offline HTML, inert
+payloads, saved reports opened from their link."""
+
+import hashlib
+import html
+import json
+import re
+
+import numpy as np
+import pytest
+
+from helpers import ROOT, cli_json, run_cli
+from planner import store
+from planner.hardware import get_gpu
+from planner.ingest import ingest_file
+from planner.model_catalog import get_model
+from planner.recommend_plan import RecommendOptions
+from planner.report import build_report
+from planner.report_render import SECTIONS, chart_svgs, to_html, to_markdown
+from planner.report_store import load_report, publish_report
+from planner.samples import SAMPLE_PATH
+
+MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+PAYLOAD = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def small_trace(path, n=240, seed=3):
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(0.5, n))
+    rows = "\n".join(f"{a:.3f},{int(i)},{int(o)}" for a, i, o in zip(t, rng.integers(50, 900, n),
+                                                                       rng.integers(20, 300, n), strict=True))
+    path.write_text("arrival,input_tokens,output_tokens\n" + rows + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def payload_report(tmp_path_factory):
+    """A report on a small trace whose name and file name carry a script-injection payload."""
+    tmp = tmp_path_factory.mktemp("payload")
+    con = store.open_store(tmp / "p.duckdb")
+    source = small_trace(tmp / "t.csv")
+    info = ingest_file(con, source, name=PAYLOAD, source_file=f"{PAYLOAD}.csv")
+    body = build_report(con, info.trace_id, MODEL, GPU,
+                        RecommendOptions(max_model_len=4096, slos=("chat:ttft_p99<2000",)))
+    yield con, source, body
+    con.close()
+
+
+def test_report_has_every_section_in_all_three_twins(payload_report):
+    con, source, body = payload_report
+    assert {"workload", "memory", "simulation", "recommendations", "assumptions", "charts"} <= body.keys()
+    assert body["trace"]["content_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert body["workload"]["stats"]["rows"] == 240 and body["simulation"]["completed"] == 240
+    svgs = chart_svgs(body["charts"])
+    page, md = to_html(body, svgs), to_markdown(body)
+    for key, title in SECTIONS:
+        assert f'<section id="{key}">' in page and f"## {title}" in md
+    assert page.count("<svg") == len(body["charts"]) >= 8       # lengths, arrivals, memory, replay, sensitivity
+    (row,) = [r for r in body["recommendations"]["classes"] if r["slo"]]
+    assert html.escape(row["launch_command"]) in page and row["launch_command"] in md
+    # reproducible: the scenario, cost model, model config and a command that rebuilds the report
+    assumptions = body["assumptions"]
+    assert assumptions["cost_model"]["mfu"] == 0.55 and assumptions["model_config"]["layers"] == 32
+    assert assumptions["reproduce"].startswith("python -m planner report ") and "--model llama-3-8b" in \
+        assumptions["reproduce"]
+    assert json.loads(json.dumps(body)) == body                                   # the JSON twin round-trips
+
+
+def test_a_script_payload_in_names_is_inert(payload_report, tmp_path):
+    con, source, body = payload_report
+    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    assert "<script" not in page.lower() and "<img" not in page.lower()  # no tag from the payload, nor of ours
+    assert html.escape(PAYLOAD) in page                                   # shown, as text
+    # Markdown renders inline HTML (not inside code blocks, where the JSON assumptions are)
+    prose = re.sub(r"```.*?```", "", md, flags=re.S)
+    assert "<script" not in prose and "<img" not in prose and html.escape(PAYLOAD, quote=False) in prose
+    assert re.search(r'http-equiv="Content-Security-Policy" content="default-src \'none\'', page)
+
+
+def test_report_cli_contract_saves_a_linkable_report(tmp_path):
+    db = tmp_path / "r.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    out = cli_json("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--max-model-len",
+                   "8192", "--slo", "chat:ttft_p99<3000", "-o", str(tmp_path / "cap.html"), "--quiet", db=db)
+    assert out["path"] == str(tmp_path / "cap.html")
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", out["report_id"])                  # 16 random bytes = 128 bits
+    page = (tmp_path / "cap.html").read_text()
+    con = store.open_store(db)
+    saved = load_report(con, out["report_id"])
+    assert saved.html == page and saved.body["trace"]["content_sha256"] == hashlib.sha256(
+        SAMPLE_PATH.read_bytes()).hexdigest()
+    assert [c["name"] for c in saved.body["recommendations"]["classes"]] == ["chat"]
+    assert not re.search(r'(src|href)="(https?:)?//', page)                   # nothing fetched from a network
+    con.close()
+    for fmt in ("md", "json"):
+        other = cli_json("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm",
+                         "--max-model-len", "8192", "--slo", "chat:ttft_p99<3000", "-o", str(tmp_path / f"c.{fmt}"),
+                         "--quiet", db=db)
+        assert other["format"] == fmt and other["report_id"] != out["report_id"]
+    assert json.loads((tmp_path / "c.json").read_text())["trace"]["name"] == "sample_chat"
+    assert (tmp_path / "c.md").read_text().startswith("# Capacity report: sample_chat")
+    bad = run_cli("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "-o",
+                  str(tmp_path / "c.pdf"), "--json", db=db, check=False)
+    assert bad.returncode == 2 and "expected one of html, md, json" in bad.stderr
+    assert not (tmp_path / "c.pdf").exists()
+
+
+def test_saved_reports_open_only_by_their_exact_id(payload_report):
+    con, source, body = payload_report
+    saved = publish_report(con, body, owner="alice@example.com")
+    assert load_report(con, saved.report_id).title == body["title"]
+    from planner.errors import PlannerError
+
+    for wrong in (saved.report_id[:-1] + ("A" if saved.report_id[-1] != "A" else "B"), "short",
+                  "' OR 1=1 --xxxxxxxxxxxxx", ""):
+        with pytest.raises(PlannerError, match="report"):
+            load_report(con, wrong)
+
+
+def test_the_report_link_opens_read_only_for_anyone(payload_report, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    con, source, body = payload_report
+    db = tmp_path / "app.duckdb"
+    app_con = store.open_store(db)
+    ingest_file(app_con, small_trace(tmp_path / "t.csv"), name="mine")
+    saved = publish_report(app_con, body)
+    app_con.close()
+    monkeypatch.setenv("PLANNER_DB", str(db))
+
+    def visit(**query):       # each link opened in a new browser session
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        # sign-in configured and nobody signed in
+        at.secrets["auth"] = {"redirect_uri": "http://localhost/oauth2callback", "cookie_secret": "s",
+                              "client_id": "c", "client_secret": "c",
+                              "server_metadata_url": "http://idp/.well-known/openid-configuration"}
+        for key, value in query.items():
+            at.query_params[key] = value
+        at.run()
+        assert not at.exception
+        return at
+
+    front = visit()
+    assert [b.label for b in front.button] == ["Sign in"] and not front.get("selectbox")   # no trace listed
+    shared = visit(report=saved.report_id)
+    assert [b.label for b in shared.get("download_button")] == ["Download HTML", "Download Markdown",
+                                                                 "Download JSON"]
+    assert any(html.escape(PAYLOAD) in h.proto.body for h in shared.get("html"))
+    assert "no saved report has that id" in visit(report="x" * 22).error[0].value
