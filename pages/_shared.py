@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
+
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
@@ -137,11 +141,28 @@ def recommend_options(params: dict, details: bool = False):
                             max_new_tokens_options=params["caps"], details=details)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def recommendation(trace_id: str, params: dict, _model, _gpu, _progress=None):
-    """:func:`planner.recommend_plan.plan_recommendation` with details, cached per trace and parameters."""
+@st.cache_resource(show_spinner=False)
+def _recommendations() -> tuple[OrderedDict, threading.Lock]:
+    return OrderedDict(), threading.Lock()
+
+
+def recommendation(trace_id: str, params: dict, model, gpu, progress=None) -> dict:
+    """:func:`planner.recommend_plan.plan_recommendation` with details, kept per trace and parameters for every
+    session (the 16 most recent). Not ``st.cache_data``: it would record the progress bar's updates and replay them
+    into the page that asks next, which fails when that is another page (Report after Recommend)."""
     from planner.recommend_plan import plan_recommendation
     from planner.sim.workload import from_trace
 
-    return plan_recommendation(from_trace(connection(), trace_id), _model, _gpu,
-                               recommend_options(params, details=True), progress=_progress)
+    key = (trace_id, json.dumps(params, sort_keys=True, default=str))
+    results, lock = _recommendations()
+    with lock:
+        if key in results:
+            results.move_to_end(key)
+            return results[key]
+    out = plan_recommendation(from_trace(connection(), trace_id), model, gpu, recommend_options(params, details=True),
+                              progress=progress)
+    with lock:
+        results[key] = out
+        while len(results) > 16:
+            results.popitem(last=False)
+    return out

@@ -32,8 +32,9 @@ uploaded = st.file_uploader(
     "Request log", key="traces_upload", max_upload_size=MAX_UPLOAD_MB,
     type=["csv", "tsv", "txt", "jsonl", "ndjson", "json", "parquet", "gz", "zst", "zstd"],
     help="CSV/TSV, JSON Lines, JSON, Parquet, optionally gzip/zstd-compressed. Azure, BurstGPT, Mooncake, Vidur, "
-         f"vLLM benchmark and OpenAI usage layouts map themselves. Uploads up to {MAX_UPLOAD_MB:,} MB; for larger "
-         "files use `python -m planner ingest PATH` on the server.")
+         "vLLM benchmark and OpenAI usage layouts map themselves.")
+st.caption(f"Up to {MAX_UPLOAD_MB:,} MB per file here (a larger one is refused before it is sent: compress it, "
+           "or ingest it on the server with `python -m planner ingest PATH`).")
 
 
 def saved_upload(file) -> Path:

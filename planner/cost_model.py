@@ -115,7 +115,7 @@ COMPUTE, MEMORY, OVERHEAD = 0, 1, 2
 BOUND_NAMES = ("compute", "memory", "overhead")
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
     """Seconds of one iteration, and what bounds it (0 compute, 1 memory, 2 overhead).
 
@@ -149,7 +149,7 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
     return busy + overhead, bound
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _busy(compute, memory, p):
     top = compute if compute > memory else memory
     if p >= 64.0 or top <= 0.0:

@@ -1,13 +1,14 @@
 """A report's HTML and Markdown twins. The HTML is one self-contained file: charts are SVG rendered here by
-vl-convert (no JavaScript, no network), styles inline, and a Content-Security-Policy that forbids every fetch and
-script. Every text that came from a user (trace, file, column, model and class names) is escaped."""
+vl-convert (no JavaScript, no network) and embedded as ``data:`` images (an image never runs a script, and
+sanitizers such as Streamlit's ``st.html`` keep them), styles inline, and a Content-Security-Policy that forbids
+every fetch and script. Every text that came from a user (trace, file, column, model, class names) is escaped."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
-import re
 
 SECTIONS = (("workload", "Workload"), ("memory", "Memory and capacity"), ("simulation", "Simulation"),
             ("recommendations", "Recommendations"), ("sensitivity", "Sensitivity"),
@@ -17,7 +18,7 @@ STYLE = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em 
 table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:13px}th,td{border:1px solid #d0d7de;padding:3px 8px;
 text-align:right}th{background:#f3f5f7}td:first-child,th:first-child{text-align:left}pre{background:#f6f8fa;
 padding:.6em;overflow-x:auto;white-space:pre-wrap}figure{margin:1em 0}figcaption{color:#57606a;font-size:12px}
-.meta{color:#57606a}.scroll{overflow-x:auto}nav a{margin-right:1em}
+.meta{color:#57606a}img{max-width:100%}.scroll{overflow-x:auto}nav a{margin-right:1em}
 h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:2em}"""
 
 
@@ -25,13 +26,12 @@ def chart_svgs(specs: dict[str, dict]) -> dict[str, str]:
     """Each Vega-Lite spec rendered to SVG markup (vl-convert bundles Vega; no browser, no network)."""
     import vl_convert
 
-    return {name: _inert_svg(vl_convert.vegalite_to_svg(spec)) for name, spec in specs.items()}
+    return {name: vl_convert.vegalite_to_svg(spec) for name, spec in specs.items()}
 
 
-def _inert_svg(svg: str) -> str:
-    # vl-convert escapes chart text itself; dropping any script or event attribute is a second line of defence
-    svg = re.sub(r"<script\b.*?</script\s*>", "", svg, flags=re.I | re.S)
-    return re.sub(r"\s on[a-z]+\s*=\s*(\"[^\"]*\"|'[^']*')", "", svg, flags=re.I)
+def _image(name: str, svg: str) -> str:
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img alt="{html.escape(name)}" src="data:image/svg+xml;base64,{data}">'
 
 
 def _num(value) -> str:
@@ -149,7 +149,8 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
                 parts.append(f"<h3>{e(name)}</h3><pre>{e(command)}</pre>"
                              + ("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>" if notes else ""))
         for name in _charts_of(key, report):
-            parts.append(f"<figure>{svgs.get(name, '')}<figcaption>{e(name)}</figcaption></figure>")
+            if name in svgs:
+                parts.append(f"<figure>{_image(name, svgs[name])}<figcaption>{e(name)}</figcaption></figure>")
         if key == "assumptions":
             parts.append(f"<p>Reproduce:</p><pre>{e(report['assumptions']['reproduce'])}</pre>")
             parts.append("<pre>" + e(json.dumps({"scenario": report["scenario"], **report["assumptions"]},

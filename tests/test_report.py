@@ -55,7 +55,10 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
     page, md = to_html(body, svgs), to_markdown(body)
     for key, title in SECTIONS:
         assert f'<section id="{key}">' in page and f"## {title}" in md
-    assert page.count("<svg") == len(body["charts"]) >= 8       # lengths, arrivals, memory, replay, sensitivity
+    images = re.findall(r"<img [^>]*>", page)
+    assert len(images) == len(body["charts"]) >= 8              # lengths, arrivals, memory, replay, sensitivity
+    assert all(re.fullmatch(r'<img alt="[^"<>]*" src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]+">', i)
+               for i in images)
     (row,) = [r for r in body["recommendations"]["classes"] if r["slo"]]
     assert html.escape(row["launch_command"]) in page and row["launch_command"] in md
     # reproducible: the scenario, cost model, model config and a command that rebuilds the report
@@ -69,7 +72,9 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
 def test_a_script_payload_in_names_is_inert(payload_report, tmp_path):
     con, source, body = payload_report
     page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
-    assert "<script" not in page.lower() and "<img" not in page.lower()  # no tag from the payload, nor of ours
+    assert "<script" not in page.lower()                                  # no tag from the payload, nor of ours
+    assert all(i.startswith('<img alt="') and 'src="data:image/svg+xml;base64,' in i
+               for i in re.findall(r"<img\b[^>]*>", page, flags=re.I))     # only the charts, as images
     assert html.escape(PAYLOAD) in page                                   # shown, as text
     # Markdown renders inline HTML (not inside code blocks, where the JSON assumptions are)
     prose = re.sub(r"```.*?```", "", md, flags=re.S)

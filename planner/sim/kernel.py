@@ -21,7 +21,7 @@ LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + ma
 TGI_CHUNK = 1024
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _reserved_tokens(mode, prompt, generated, max_new):
     if mode == RESERVE_MAX:
         return prompt + max_new
@@ -30,7 +30,7 @@ def _reserved_tokens(mode, prompt, generated, max_new):
     return prompt + min(max_new, chunk)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     """Append a timeline row ``(time_s, running, waiting, blocks_used, step_s, bound)``, doubling the array when
     full; returns the (possibly new) array and the row count."""
@@ -47,7 +47,7 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     return timeline, rows + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s=np.inf):
     """Run the trace; returns per-request times and counters plus a sampled timeline.

@@ -35,11 +35,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(tmp_path_factory):
+def start_server(tmp_path_factory, **extra_env):
     """A real Streamlit server on a fresh store, as `make run` starts it."""
     port = free_port()
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    env = {**os.environ, "PLANNER_DB": str(tmp_path_factory.mktemp("db") / "e2e.duckdb")}
+    env = {**os.environ, "PLANNER_DB": str(tmp_path_factory.mktemp("db") / "e2e.duckdb"), **extra_env}
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless=true",
                                  f"--server.port={port}", "--server.address=127.0.0.1",
@@ -65,6 +65,23 @@ def server(tmp_path_factory):
     yield url
     proc.terminate()
     proc.wait(timeout=20)
+
+
+@pytest.fixture
+def small_upload_server(tmp_path_factory):
+    """A server whose operator lowered the upload limit to 1 MB."""
+    proc, url = start_server(tmp_path_factory, PLANNER_MAX_UPLOAD_MB="1")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Where end-to-end tests leave screenshots (E2E_ARTIFACTS, else tests/artifacts)."""
+    path = Path(os.environ.get("E2E_ARTIFACTS", ROOT / "tests" / "artifacts"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture

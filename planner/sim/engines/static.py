@@ -8,7 +8,7 @@ from planner.sim.engines.base import Engine, EngineSettings, RawRun
 from planner.sim.kernel import log_step
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_blocks, log_every):
     n = arrival.shape[0]
     first_token = np.full(n, np.nan)

@@ -10,7 +10,7 @@ from planner.sim.kernel import log_step
 WATERMARK = 0.01
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size, num_blocks, swap,
                swap_s_per_block, log_every):
     n = arrival.shape[0]
