@@ -8,7 +8,9 @@ loop (planner/sim/reference.py) measured in the same run on a prefix of the same
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +64,24 @@ def main() -> None:
     assert np.array_equal(ref.finish, fast.finish), "fast and reference loops disagree"
     print(f"reference loop: {prefix.n:,} requests in {ref_s:.2f} s = {prefix.n / ref_s:,.0f} requests/s; fast on the "
           f"same prefix {fast_s:.4f} s; speedup {ref_s / fast_s:,.0f}x (identical results)")
+    sessions(work, model, gpu, cfg)
+
+
+def sessions(work: SimWorkload, model, gpu, cfg, count: int = 2) -> None:
+    """Several app sessions simulating at once: the compiled loops release the GIL, so they overlap on cores."""
+    started = time.perf_counter()
+    for _ in range(count):
+        simulate(work, model, gpu, cfg)
+    one_by_one = time.perf_counter() - started
+    threads = [threading.Thread(target=simulate, args=(work, model, gpu, cfg)) for _ in range(count)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    together = time.perf_counter() - started
+    print(f"{count} sessions at once: {together:.3f} s vs {one_by_one:.3f} s one after another "
+          f"({one_by_one / together:.2f}x on {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

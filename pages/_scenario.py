@@ -83,8 +83,9 @@ def search_controls(s: dict) -> dict:
 
     c = st.columns([3, 1])
     slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **URL,
-                               help="NAME:METRIC<VALUE separated by ';' (METRIC ttft_pNN, tpot_pNN or e2e_pNN in "
-                                    "ms); a throughput class (no latency bound) is always added")
+                               help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
+                                    "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
+                                    "requests meet both); a throughput class (no latency bound) is always added")
     headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **URL)
     c = st.columns(3)
     engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,

@@ -144,8 +144,8 @@ def add_recommend_flags(p) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
-                   help="e.g. chat:ttft_p99<300 or batch:throughput (repeatable); default ttft_p99<200, "
-                        "tpot_p99<50, throughput")
+                   help="e.g. chat:ttft_p99<300, chat:ttft<200,tpot<50@90%% (attainment share) or "
+                        "batch:throughput (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
     p.add_argument("--gpu-mem-util", type=float, default=0.9)
     p.add_argument("--max-model-len", type=int)
     p.add_argument("--kv-cache-dtype", default="auto")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.recommend import BUDGET_GRID, SEQS_GRID, Search, SLOClass, _metric_ms, _output_rate
+from planner.recommend import BUDGET_GRID, SEQS_GRID, Search, SLOClass, _metric_ms, _output_rate, slo_load
 from planner.sim.run import SimResult, simulate
 from planner.sim.workload import poisson_or_gamma
 
@@ -71,8 +71,8 @@ def pareto(grid_points: list[dict]) -> list[dict]:
 def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass, chunked: bool = True,
             seed: int = 0) -> list[dict]:
     """The class's metric with ±20% arrival rate, mean output length and burstiness (arrival CV)."""
-    metric = slo.metric or "e2e"
-    base = _metric_ms(search.run(seqs, budget, scale, chunked), metric, slo.percentile)
+    metric, percentile = slo.focus
+    base = _metric_ms(search.run(seqs, budget, scale, chunked), metric, percentile)
     cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
     work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
     gaps = np.diff(work.arrival_s)
@@ -91,7 +91,7 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
             result = simulate(variant, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
             search.simulations += 1
             rows.append({"factor": name, "change": f"{factor - 1:+.0%}",
-                         "value_ms": _metric_ms(result, metric, slo.percentile), "baseline_ms": base})
+                         "value_ms": _metric_ms(result, metric, percentile), "baseline_ms": base})
     return rows
 
 
@@ -103,9 +103,9 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     for i, factor in enumerate(LOAD_STEPS):
         result = search.run(seqs, budget, scale * factor, chunked)
         for slo in slos:
-            if not slo.metric or slo.name in first or slo.name in never:
+            if not slo.bounded or slo.name in first or slo.name in never:
                 continue
-            if _metric_ms(result, slo.metric, slo.percentile) > slo.limit_ms:
+            if slo_load(result, slo) > 1.0:
                 if i == 0:
                     never.append(slo.name)
                 else:

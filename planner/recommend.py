@@ -33,35 +33,62 @@ MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99)
 
 @dataclass(frozen=True)
 class SLOClass:
-    """``metric`` (ttft, tpot or e2e) at ``percentile`` below ``limit_ms``; no metric: throughput only."""
+    """``metric`` (ttft, tpot or e2e) at ``percentile`` below ``limit_ms``; or, with ``bounds``, at least
+    ``share`` of the requests meeting every ``(metric, limit_ms)`` bound at once (DistServe's attainment); neither:
+    throughput only."""
 
     name: str
     metric: str | None = None
     percentile: float = 99.0
     limit_ms: float | None = None
+    bounds: tuple[tuple[str, float], ...] = ()
+    share: float = 0.9
 
     @property
     def key(self) -> str | None:
         return None if self.metric is None else f"{self.metric}_p{self.percentile:g}_ms"
 
+    @property
+    def bounded(self) -> bool:
+        return self.metric is not None or bool(self.bounds)
+
+    @property
+    def focus(self) -> tuple[str, float]:
+        """The (metric, percentile) that stands for the class in sweeps and the tornado."""
+        if self.bounds:
+            return self.bounds[0][0], self.share * 100
+        return (self.metric, self.percentile) if self.metric else ("e2e", 99.0)
+
     def as_dict(self) -> dict:
+        if self.bounds:
+            return {**{f"{m}_ms": limit for m, limit in self.bounds}, "attainment": self.share}
         return {} if self.key is None else {self.key: self.limit_ms}
 
 
 DEFAULT_CLASSES = (SLOClass("ttft", "ttft", 99, 200.0), SLOClass("tpot", "tpot", 99, 50.0),
                    SLOClass("throughput"))
+_BOUND = r"(ttft|tpot|e2e)\s*<\s*([0-9.]+)"
 
 
 def parse_slo(text: str) -> SLOClass:
     """``NAME:METRIC<VALUE`` with METRIC ``ttft_pNN``, ``tpot_pNN`` or ``e2e_pNN`` in ms (``chat:ttft_p99<300``);
-    ``NAME:throughput`` is a class with no latency bound."""
+    ``NAME:ttft<200,tpot<50@90%`` for an attainment share (90% of requests meet both); ``NAME:throughput`` for a
+    class with no latency bound."""
     bare = re.fullmatch(r"\s*([\w.-]+)\s*:\s*throughput\s*", text)
     if bare:
         return SLOClass(bare.group(1))
+    share = re.fullmatch(rf"\s*([\w.-]+)\s*:\s*({_BOUND}(?:\s*,\s*{_BOUND})*)\s*@\s*([0-9.]+)\s*(%?)\s*", text)
+    if share:
+        value = float(share.group(share.lastindex - 1)) / (100 if share.group(share.lastindex) else 1)
+        if not 0 < value < 1:
+            raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100%")
+        bounds = tuple((m, float(v)) for m, v in re.findall(_BOUND, share.group(2)))
+        return SLOClass(share.group(1), bounds=bounds, share=value)
     match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
     if not match:
         raise PlannerError(f"--slo {text!r}: expected NAME:METRIC<VALUE such as chat:ttft_p99<300 "
-                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), or NAME:throughput")
+                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), NAME:ttft<200,tpot<50@90% "
+                           "or NAME:throughput")
     name, metric, pct, limit = match.groups()
     return SLOClass(name, metric, float(pct), float(limit))
 
@@ -72,17 +99,35 @@ def _metric_ms(result: SimResult, metric: str, percentile: float) -> float:
     return float(np.percentile(finite, percentile) * 1e3) if finite.size else math.inf
 
 
+def attainment(result: SimResult, bounds: tuple[tuple[str, float], ...]) -> float:
+    """Share of the requests that completed within every bound (a request with no TPOT, one output token, meets
+    any TPOT bound; a rejected or unfinished one meets none)."""
+    ok = np.isfinite(result.finish) & ~result.rejected
+    for metric, limit_ms in bounds:
+        values = {"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s}[metric] * 1e3
+        ok &= np.isnan(values) | (values <= limit_ms) if metric == "tpot" else values <= limit_ms
+    return float(ok.mean()) if ok.size else 0.0
+
+
+def slo_load(result: SimResult, slo: SLOClass) -> float:
+    """How close a run is to breaking the class's bound: 1 at the limit, above 1 broken."""
+    if slo.bounds:
+        missed = 1.0 - attainment(result, slo.bounds)
+        return missed / (1.0 - slo.share)
+    return _metric_ms(result, slo.metric, slo.percentile) / slo.limit_ms
+
+
 def meets(result: SimResult, slo: SLOClass) -> bool:
     """Every request completed, the queue stayed bounded (not saturated; for latency classes also p99 queueing
     ≤ ``MAX_QUEUE_P99_S``: a replay of a finite trace always drains eventually, so a surge that builds minutes of
-    backlog is not "sustainable"), and the SLO's percentile is under its limit."""
+    backlog is not "sustainable"), and the class's bound holds (:func:`slo_load` ≤ 1)."""
     # requests the engine rejects up front (prompt ≥ max_model_len) are not the configuration's failure
     if (np.isnan(result.finish) & ~result.rejected).any() or saturated(result):
         return False
     queue = result.queue_s[np.isfinite(result.queue_s)]
-    if slo.metric is not None and queue.size and np.percentile(queue, 99) > MAX_QUEUE_P99_S:
+    if slo.bounded and queue.size and np.percentile(queue, 99) > MAX_QUEUE_P99_S:
         return False
-    return slo.metric is None or _metric_ms(result, slo.metric, slo.percentile) <= slo.limit_ms
+    return not slo.bounded or slo_load(result, slo) <= 1.0
 
 
 @dataclass
@@ -150,8 +195,10 @@ class Search:
 
 def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | None = None,
               headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
-              chunked_off: bool = True) -> list[dict]:
-    """For each SLO class, the grid configuration with the highest sustainable rate, and what it implies.
+              chunked_off: bool = True, refine: bool = True) -> list[dict]:
+    """For each SLO class, the configuration with the highest sustainable rate, and what it implies: the grid
+    first (best-capacity configurations first, so weaker ones are cut by their capacity bound), then, with
+    ``refine``, the points halfway to the winner's neighbours on each axis.
 
     Returns
     -------
@@ -169,34 +216,65 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
         configs = whole_prompts
     caps = {}
     for i, (s, b, c) in enumerate(configs):
-        caps[(s, b, c)] = search.capacity_scale(s, b, c)
+        caps[(s, b, c)] = search.capacity_scale(s, b, c)      # memoized: evaluate() asks again for free
         if search.progress:
             search.progress(0.2 * (i + 1) / len(configs), f"capacity of max_num_seqs {s}, budget {b}")
     out = []
     by_capacity = sorted(configs, key=lambda c: -caps[c])
     for ci, slo in enumerate(classes):
-        grid, best = [], 0.0
+        grid: list[dict] = []
         for i, (s, b, c) in enumerate(by_capacity):
-            entry = {"max_num_seqs": s, "max_num_batched_tokens": b, "enable_chunked_prefill": c}
-            if caps[(s, b, c)] <= best:      # its capacity bound cannot beat the best found: cut the branch
-                grid.append({**entry, "max_qps": None, "result": None, "pruned": True})
-                continue
-            scale, result = search.max_scale(s, b, c, slo, caps[(s, b, c)])
-            best = max(best, scale)
-            grid.append({**entry, "max_qps": scale * search.base_rate, "scale": scale, "result": result,
-                         "pruned": False, "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
-                         "throughput_tok_s": _output_rate(result) if result else None})
+            _evaluate(search, slo, grid, s, b, c)
             if search.progress:
                 done = 0.2 + 0.8 * (ci + (i + 1) / len(configs)) / len(classes)
                 search.progress(done, f"{slo.name}: max_num_seqs {s}, budget {b}")
+        # coarse to fine: halfway (geometrically) to the winner's grid neighbours on each axis
+        if refine and _best_scale(grid) > 0:
+            top = max((g for g in grid if not g["pruned"]), key=lambda g: g["max_qps"])
+            s, b, c = top["max_num_seqs"], top["max_num_batched_tokens"], top["enable_chunked_prefill"]
+            finer = [(s2, b, c) for s2 in _midpoints(s, seqs_grid, 8)]
+            finer += [(s, b2, c) for b2 in _midpoints(b, budget_grid, 256) if c and b2 >= s]
+            for s2, b2, c2 in finer:
+                _evaluate(search, slo, grid, s2, b2, c2)
         out.append(_class_report(search, slo, grid, peak_rate_rps, headroom))
+    return out
+
+
+def _best_scale(grid: list[dict]) -> float:
+    return max((g["scale"] for g in grid if not g["pruned"]), default=0.0)
+
+
+def _evaluate(search: Search, slo: SLOClass, grid: list[dict], s: int, b: int, c: bool) -> None:
+    """Add one configuration's highest sustainable rate to ``grid``, or mark it pruned when its capacity bound
+    cannot beat the best rate found so far."""
+    entry = {"max_num_seqs": s, "max_num_batched_tokens": b, "enable_chunked_prefill": c}
+    cap = search.capacity_scale(s, b, c)
+    if cap <= _best_scale(grid):
+        grid.append({**entry, "max_qps": None, "result": None, "pruned": True})
+        return
+    scale, result = search.max_scale(s, b, c, slo, cap)
+    grid.append({**entry, "max_qps": scale * search.base_rate, "scale": scale, "result": result, "pruned": False,
+                 "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
+                 "throughput_tok_s": _output_rate(result) if result else None})
+
+
+def _midpoints(value: int, grid: tuple[int, ...], step: int) -> list[int]:
+    """Geometric midpoints between ``value`` and its neighbours on ``grid``, rounded to ``step``."""
+    if value not in grid:
+        return []
+    i, out = grid.index(value), []
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(grid):
+            mid = max(step, int(round(math.sqrt(value * grid[j]) / step)) * step)
+            if mid not in grid and mid not in out:
+                out.append(mid)
     return out
 
 
 def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float | None, headroom: float) -> dict:
     evaluated = [g for g in grid if not g["pruned"]]
     top = max(g["max_qps"] for g in evaluated)
-    if slo.metric is None:
+    if not slo.bounded:
         best = max(evaluated, key=lambda g: (g["max_qps"], g["max_num_batched_tokens"]))
     else:
         # latency classes take the smallest settings within NEAR_BEST of the best rate: fewer sequences and a
@@ -208,7 +286,7 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         def at_light(g):
             light = search.run(g["max_num_seqs"], g["max_num_batched_tokens"], _capacity_floor(search, g),
                                g["enable_chunked_prefill"])
-            return _metric_ms(light, slo.metric, slo.percentile) if slo.metric else math.inf
+            return slo_load(light, slo) if slo.bounded else math.inf
         best = min(evaluated, key=at_light)
         best["result"] = search.run(best["max_num_seqs"], best["max_num_batched_tokens"],
                                     _capacity_floor(search, best), best["enable_chunked_prefill"])

@@ -8,7 +8,7 @@ import pytest
 from helpers import cli_json, run_cli
 from planner.hardware import get_gpu
 from planner.model_catalog import get_model
-from planner.recommend import DEFAULT_CLASSES, SLOClass, Search, meets, parse_slo, recommend
+from planner.recommend import DEFAULT_CLASSES, SLOClass, Search, attainment, meets, parse_slo, recommend
 from planner.recommend_plan import RecommendOptions, plan_recommendation
 from planner.samples import SAMPLE_PATH
 from planner.sim.run import engine_settings, simulate
@@ -37,10 +37,10 @@ def test_classes_trade_rate_for_latency_on_the_seed_scenario(seed_rows):
         > by["ttft"]["max_qps_per_replica"]
     # decode-bound TPOT wants short steps: a smaller token budget than the TTFT class, which wants prompts done
     assert by["tpot"]["config"]["max_num_batched_tokens"] < by["ttft"]["config"]["max_num_batched_tokens"]
-    # the seed's direction for batches: the TTFT class runs fewer sequences than the throughput class (within 5% of
-    # its best rate, the smallest settings win), no latency class more
+    # the seed's direction for batches: both latency classes run fewer sequences than the throughput class (within
+    # 5% of their best rate the smallest settings win; the refined grid finds the in-between sizes)
     assert by["ttft"]["config"]["max_num_seqs"] < by["throughput"]["config"]["max_num_seqs"]
-    assert by["tpot"]["config"]["max_num_seqs"] <= by["throughput"]["config"]["max_num_seqs"]
+    assert by["tpot"]["config"]["max_num_seqs"] < by["throughput"]["config"]["max_num_seqs"]
     # not the seed's "unlimited budget" for throughput: with decodes near the ridge point, small chunks let every
     # step carry decodes on compute-bound prefill work (Sarathi-Serve's piggybacking), worth ~2% here
     assert by["throughput"]["config"]["max_num_batched_tokens"] <= by["ttft"]["config"]["max_num_batched_tokens"]
@@ -70,6 +70,12 @@ def test_parse_slo():
     assert parse_slo("chat:ttft_p99<300") == SLOClass("chat", "ttft", 99.0, 300.0)
     assert parse_slo("batch:e2e_p90<60000").key == "e2e_p90_ms"
     assert parse_slo("bulk:throughput") == SLOClass("bulk")
+    both = parse_slo("chat:ttft<200, tpot<50 @ 90%")
+    assert both == SLOClass("chat", bounds=(("ttft", 200.0), ("tpot", 50.0)), share=0.9)
+    assert both.as_dict() == {"ttft_ms": 200.0, "tpot_ms": 50.0, "attainment": 0.9}
+    assert parse_slo("x:e2e<9000@0.95").share == 0.95
+    with pytest.raises(Exception, match="between 0 and 100%"):
+        parse_slo("x:ttft<200@100%")
     with pytest.raises(Exception, match="NAME:METRIC<VALUE"):
         parse_slo("ttft<200")
 
@@ -186,3 +192,39 @@ def test_kv_pressure_pulls_every_class_to_fewer_sequences():
     assert all(r["feasible"] and r["config"]["max_num_seqs"] <= 64 for r in rows)
     by = {r["name"]: r for r in rows}
     assert by["ttft"]["config"]["max_num_batched_tokens"] <= by["throughput"]["config"]["max_num_batched_tokens"]
+
+
+def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):
+    slo = parse_slo("chat:ttft<1000,tpot<40@90%")
+    (row,) = recommend(seed_search, [slo], peak_rate_rps=4.0)
+    assert row["feasible"] and row["slo"] == {"ttft_ms": 1000.0, "tpot_ms": 40.0, "attainment": 0.9}
+    cfg = replace(seed_search.base, max_num_seqs=row["config"]["max_num_seqs"],
+                  max_num_batched_tokens=row["config"]["max_num_batched_tokens"])
+    scale = row["max_qps_per_replica"] / seed_search.base_rate
+    result = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / scale), MODEL, GPU,
+                      cfg)
+    met = (result.ttft_s * 1e3 <= 1000) & (np.isnan(result.tpot_s) | (result.tpot_s * 1e3 <= 40))
+    assert attainment(result, slo.bounds) == pytest.approx(met.mean())
+    assert met.mean() >= 0.9
+    # the share is what binds: at twice the rate it is missed
+    faster = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / (2 * scale)),
+                      MODEL, GPU, cfg)
+    assert attainment(faster, slo.bounds) < 0.9
+
+
+def test_the_search_refines_halfway_to_the_winners_neighbours(seed_rows):
+    from planner.recommend import BUDGET_GRID, NEAR_BEST, SEQS_GRID, _midpoints
+
+    assert _midpoints(128, SEQS_GRID, 8) == [88, 184] and _midpoints(8, SEQS_GRID, 8) == []
+    assert _midpoints(1024, BUDGET_GRID, 256) == [768, 1536] and _midpoints(512, BUDGET_GRID, 256) == [768]
+    for row in seed_rows:
+        on_grid = [g["max_num_seqs"] in SEQS_GRID
+                   and (g["max_num_batched_tokens"] in BUDGET_GRID or not g["enable_chunked_prefill"])
+                   for g in row["grid"]]
+        coarse = [g for g, on in zip(row["grid"], on_grid, strict=True) if on and not g["pruned"]]
+        finer = [g for g, on in zip(row["grid"], on_grid, strict=True) if not on]
+        top = max(coarse, key=lambda g: g["max_qps"])
+        assert finer and all(g["max_num_seqs"] == top["max_num_seqs"]
+                             or g["max_num_batched_tokens"] == top["max_num_batched_tokens"] for g in finer)
+        evaluated = [g["max_qps"] for g in row["grid"] if not g["pruned"]]
+        assert row["max_qps_per_replica"] >= NEAR_BEST * max(evaluated)
