@@ -274,12 +274,19 @@ def _midpoints(value: int, grid: tuple[int, ...], step: int) -> list[int]:
 def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float | None, headroom: float) -> dict:
     evaluated = [g for g in grid if not g["pruned"]]
     top = max(g["max_qps"] for g in evaluated)
+    # rates within NEAR_BEST of the best are ties (the bisection resolves ~3%); the class's intent breaks them
+    near = [g for g in evaluated if g["max_qps"] >= NEAR_BEST * top]
     if not slo.bounded:
-        best = max(evaluated, key=lambda g: (g["max_qps"], g["max_num_batched_tokens"]))
+        # throughput takes the largest budget, as vLLM's tuning guide advises (max_num_batched_tokens
+        # > 8192 for throughput): real GEMMs gain efficiency well past the few hundred tokens the roofline's knee
+        # models, which favours small chunks by a few percent, inside this search's resolution
+        # (and at that budget, the best rate's batch: under KV pressure more sequences only add preemptions)
+        budget = max(g["max_num_batched_tokens"] for g in near)
+        best = max((g for g in near if g["max_num_batched_tokens"] == budget),
+                   key=lambda g: (g["max_qps"], g["enable_chunked_prefill"]))
     else:
-        # latency classes take the smallest settings within NEAR_BEST of the best rate: fewer sequences and a
-        # smaller budget keep the tail steadier and leave KV headroom, at almost no cost in rate
-        near = [g for g in evaluated if g["max_qps"] >= NEAR_BEST * top]
+        # latency classes take the smallest: fewer sequences and a smaller budget keep the tail steadier and
+        # leave KV headroom
         best = min(near, key=lambda g: (g["max_num_seqs"], g["max_num_batched_tokens"]))
     feasible = best["max_qps"] > 0
     if not feasible:      # the closest achievable: the configuration with the lowest metric at the lightest load
