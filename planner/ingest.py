@@ -271,7 +271,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     if not content.background:
         existing = store.find_by_hash(con, content.value())
         if existing is not None:
-            store.link_owner(con, existing.trace_id, owner)
+            store.link_owner(con, existing.trace_id, owner, existing=True)
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
 
@@ -291,7 +291,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         existing = store.find_by_hash(cur, sha)
         if existing is not None:  # a large duplicate, found once its background hash was done
             cur.execute("ROLLBACK")
-            store.link_owner(cur, existing.trace_id, owner)
+            store.link_owner(cur, existing.trace_id, owner, existing=True)
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
         trace_id = sha[:16]

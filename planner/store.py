@@ -241,12 +241,17 @@ def rejects_csv(con: duckdb.DuckDBPyConnection, trace_id: str) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def link_owner(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None) -> None:
-    """Add a trace to ``owner``'s workspace (no owner: nothing to do)."""
-    if owner:
-        with WRITE_LOCK:
-            con.cursor().execute("INSERT OR IGNORE INTO workspace_traces VALUES ($o, $t)",
-                                 {"o": owner, "t": trace_id})
+def link_owner(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None, existing: bool = False) -> None:
+    """Add a trace to ``owner``'s workspace (no owner: nothing to do). For a trace that was ``existing`` already,
+    only when it is private: a shared trace (linked to nobody) stays visible to everyone."""
+    if not owner:
+        return
+    with WRITE_LOCK:
+        cur = con.cursor()
+        if existing and not cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t",
+                                        {"t": trace_id}).fetchone()[0]:
+            return
+        cur.execute("INSERT OR IGNORE INTO workspace_traces VALUES ($o, $t)", {"o": owner, "t": trace_id})
 
 
 def owned_trace_ids(con: duckdb.DuckDBPyConnection, owner: str) -> set[str]:

@@ -125,6 +125,10 @@ def test_workspaces_list_each_users_traces_and_the_shared_ones(con, tmp_path):
     store.remove_trace(con, alice.trace_id, "bob@example.com")                # bob's link goes, alice keeps it
     assert "a" in {t.name for t in store.list_traces(con, "alice@example.com")}
     assert "a" not in {t.name for t in store.list_traces(con, "bob@example.com")}
+    # the shared sample uploaded again by a signed-in user stays shared, not taken into one workspace
+    assert ingest_file(con, SAMPLE_PATH, owner="bob@example.com").duplicate_of == shared.trace_id
+    assert "sample" in {t.name for t in store.list_traces(con, "alice@example.com")}
+    assert shared.trace_id not in store.owned_trace_ids(con, "bob@example.com")
     store.remove_trace(con, bob.trace_id, "bob@example.com")                  # nobody else has it: deleted
     assert {t.name for t in store.list_traces(con)} == {"sample", "a"}
     assert store.owned_trace_ids(con, "alice@example.com") == {alice.trace_id} and shared.rows == 8397
