@@ -105,6 +105,13 @@ def _rows(report: dict) -> dict[str, list[tuple[str, list[str], list[list]]]]:
     return out
 
 
+def _missing(key: str, report: dict) -> str | None:
+    """Why a section is empty, in one sentence."""
+    if key in ("simulation", "recommendations", "sensitivity") and not report.get("simulation"):
+        return "The trace has no arrival times, and replaying it at a rate needs them: no simulation here."
+    return None
+
+
 def _class_notes(report: dict) -> list[tuple[str, str, list[str]]]:
     rec = report.get("recommendations") or {"classes": []}
     return [(r["name"], r["launch_command"], (r.get("details") or {}).get("diagnosis", [])) for r in rec["classes"]]
@@ -139,6 +146,8 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
     tables = _rows(report)
     for key, title in SECTIONS:
         parts.append(f'<section id="{key}"><h2>{e(title)}</h2>')
+        if _missing(key, report):
+            parts.append(f"<p>{e(_missing(key, report))}</p>")
         for caption, header, rows in tables[key]:
             parts.append(f"<div class=scroll><table><caption>{e(caption)}</caption><tr>"
                          + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
@@ -174,7 +183,7 @@ def to_markdown(report: dict) -> str:
              f"{_num(t['rows'])} requests) · planner {_md(report['app_version'])} · {_md(report['created_utc'])}", ""]
     tables = _rows(report)
     for key, title in SECTIONS:
-        lines += [f"## {title}", ""]
+        lines += [f"## {title}", ""] + ([_missing(key, report), ""] if _missing(key, report) else [])
         for caption, header, rows in tables[key]:
             lines += [f"**{_md(caption)}**", "", "| " + " | ".join(_md(h) for h in header) + " |",
                       "|" + "---|" * len(header)]

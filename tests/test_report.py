@@ -152,3 +152,14 @@ def test_the_report_link_opens_read_only_for_anyone(payload_report, tmp_path, mo
                                                                  "Download JSON"]
     assert any(html.escape(PAYLOAD) in h.proto.body for h in shared.get("html"))
     assert "no saved report has that id" in visit(report="x" * 22).error[0].value
+
+
+def test_a_trace_without_times_still_reports_and_says_why_sections_are_empty(con, tmp_path):
+    path = tmp_path / "lengths.csv"
+    path.write_text("input_tokens,output_tokens\n100,20\n200,30\n300,40\n150,25\n")
+    info = ingest_file(con, path)
+    body = build_report(con, info.trace_id, MODEL, GPU, RecommendOptions(max_model_len=4096))
+    assert body["simulation"] is None and body["recommendations"] is None
+    assert body["memory"]["trace"]["mean_final_tokens"] == pytest.approx((120 + 230 + 340 + 175) / 4)
+    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    assert page.count("no arrival times") == 3 and md.count("no arrival times") == 3
