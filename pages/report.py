@@ -7,7 +7,7 @@ from pages._shared import (connection, recommend_options, recommendation, requir
                            workspace_owner)
 from planner.errors import PlannerError
 from planner.report import build_report
-from planner.report_store import load_report, publish_report
+from planner.report_store import list_reports, load_report, publish_report
 
 require_frame()
 st.title("Report")
@@ -43,10 +43,11 @@ if st.button("Build and save the report", type="primary", key="report_build"):
         st.error(str(exc))
         st.stop()
 
+base_url = (st.context.url or "").split("?")[0].rsplit("/report", 1)[0]   # None under AppTest
 saved_id = st.session_state.get("report_saved")
 if saved_id:
     saved = load_report(connection(), saved_id)
-    link = f"{st.context.url.split('?')[0].rsplit('/report', 1)[0]}/?report={saved_id}"
+    link = f"{base_url}/?report={saved_id}"
     st.success(f"Saved: **{saved.title}**")
     st.code(link, language=None)
     stem = f"capacity-report-{saved_id}"
@@ -57,3 +58,10 @@ if saved_id:
                          key="report_md")
     c[2].download_button("Download JSON", saved.body_json(), f"{stem}.json", "application/json",
                          on_click="ignore", key="report_json")
+
+earlier = list_reports(connection(), workspace_owner())
+if earlier:
+    st.subheader("Saved reports")
+    st.dataframe([{"saved (UTC)": r["created"], "title": r["title"], "link": f"{base_url}/?report={r['report_id']}"}
+                  for r in earlier], hide_index=True, key="report_list",
+                 column_config={"link": st.column_config.LinkColumn("link", display_text="open")})

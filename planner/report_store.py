@@ -68,3 +68,14 @@ def load_report(con: duckdb.DuckDBPyConnection, report_id: str) -> SavedReport:
         raise PlannerError("no saved report has that id: the link may be incomplete, or the report was deleted")
     rid, created, trace_id, title, body, html, md = row
     return SavedReport(rid, created.isoformat(timespec="seconds"), trace_id, title, json.loads(body), html, md)
+
+
+def list_reports(con: duckdb.DuckDBPyConnection, owner: str | None = None, limit: int = 50) -> list[dict]:
+    """Recently saved reports, newest first: all of them (single workspace) or those ``owner`` saved."""
+    sql = "SELECT report_id, created, title FROM reports"
+    params: dict = {"n": int(limit)}
+    if owner is not None:
+        sql += " WHERE owner = $o"
+        params["o"] = owner
+    rows = con.cursor().execute(sql + " ORDER BY created DESC LIMIT $n", params).fetchall()
+    return [{"report_id": r, "created": c.isoformat(timespec="seconds"), "title": t} for r, c, t in rows]

@@ -163,3 +163,30 @@ def test_a_trace_without_times_still_reports_and_says_why_sections_are_empty(con
     assert body["memory"]["trace"]["mean_final_tokens"] == pytest.approx((120 + 230 + 340 + 175) / 4)
     page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
     assert page.count("no arrival times") == 3 and md.count("no arrival times") == 3
+
+
+def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    db = tmp_path / "page.duckdb"
+    page_con = store.open_store(db)
+    ingest_file(page_con, small_trace(tmp_path / "small.csv"), name="small")
+    page_con.close()
+    monkeypatch.setenv("PLANNER_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["trace"] = "small"
+    at.query_params["max_len"] = "4096"
+    at.run()
+    at.switch_page("pages/report.py").run()
+    assert not at.exception
+    at.button(key="report_build").click().run()
+    assert not at.exception and at.success[0].value.startswith("Saved: **Capacity report: small")
+    link = at.get("code")[0].proto.code_text
+    report_id = re.search(r"\?report=([A-Za-z0-9_-]{22})$", link).group(1)
+    assert [b.label for b in at.get("download_button")] == ["Download HTML", "Download Markdown", "Download JSON"]
+    listed = next(d.value for d in at.dataframe if "link" in d.value.columns)
+    assert list(listed["link"]) == [link] and list(listed["title"]) == ["Capacity report: small on 1× A100 80GB SXM4 "
+                                                                           "(llama-3-8b)"]
+    con = store.open_store(db)
+    assert load_report(con, report_id).body["trace"]["name"] == "small"
+    con.close()
