@@ -7,6 +7,7 @@ from pages._shared import (connection, recommend_options, recommendation, requir
                            workspace_owner)
 from planner.errors import PlannerError
 from planner.report import build_report
+from planner.report_render import markdown_text
 from planner.report_store import list_reports, load_report, publish_report
 
 require_frame()
@@ -48,7 +49,7 @@ saved_id = st.session_state.get("report_saved")
 if saved_id:
     saved = load_report(connection(), saved_id)
     link = f"{base_url}/?report={saved_id}"
-    st.success(f"Saved: **{saved.title}**")
+    st.success("Saved: " + markdown_text(saved.title))
     st.code(link, language=None)
     stem = f"capacity-report-{saved_id}"
     c = st.columns(3)

@@ -124,6 +124,9 @@ if uploaded is not None:
     upload_section(uploaded)
 
 last = st.session_state.get("traces_last")
+if last and last not in {t.trace_id for t in store.list_traces(connection(), owner)}:
+    st.session_state.pop("traces_last")          # removed since: nothing to summarise
+    last = None
 if last:
     info = store.get_trace(connection(), last)
     m = st.columns(3)
@@ -146,7 +149,14 @@ st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.ro
 removable = traces if owner is None else [t for t in traces if t.trace_id in store.owned_trace_ids(connection(), owner)]
 if removable:
     with st.expander("Delete a trace" if owner is None else "Remove a trace from my workspace"):
-        doomed = st.selectbox("Trace", [t.name for t in removable], key="traces_delete_pick")
+        # by id: names are unique only among names, and one may spell another trace's id
+        by_id = {t.trace_id: t.name for t in removable}
+        doomed = st.selectbox("Trace", list(by_id), format_func=lambda tid: f"{by_id[tid]} ({tid})",
+                              key="traces_delete_pick")
         if st.button("Delete" if owner is None else "Remove", key="traces_delete"):
-            store.remove_trace(connection(), store.get_trace(connection(), doomed).trace_id, owner)
-            st.rerun()
+            try:
+                store.remove_trace(connection(), doomed, owner)
+            except PlannerError as exc:
+                st.error(str(exc))
+            else:
+                st.rerun()

@@ -123,6 +123,8 @@ def rate_table(arrivals_s: np.ndarray, widths_s: tuple[float, ...] = RATE_WIDTHS
             starts = starts[::group]
         label = f"{width:g} s" + (f" (peak of {group})" if group > 1 else "")
         frames.append(pl.DataFrame({"start_s": starts, "rate_rps": rates, "bin": label}))
+    if not frames:      # a trace shorter than the narrowest bin
+        return pl.DataFrame(schema={"start_s": pl.Float64, "rate_rps": pl.Float64, "bin": pl.String})
     return pl.concat(frames)
 
 

@@ -271,7 +271,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     if not content.background:
         existing = store.find_by_hash(con, content.value())
         if existing is not None:
-            store.link_owner(con, existing.trace_id, owner, existing=True)
+            store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
             report(1.0, "already stored")
             return _result_from_trace(existing, existing.trace_id)
 
@@ -282,7 +282,14 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     mapping = detect_mapping(list(source.columns), overrides, unit_overrides)
     plan = plan_parse(cur, source, mapping)
     notes = list(source.notes)
-    store.WRITE_LOCK.acquire()      # one writer at a time: names stay unique, duplicates are seen
+    with store.WRITE_LOCK:      # one writer at a time: names stay unique, duplicates are seen
+        return _store_trace(cur, con, path, content, source, mapping, plan, notes, staging, name, source_file,
+                            owner, on_progress, report)
+
+
+def _store_trace(cur, con, path, content, source, mapping, plan, notes, staging, name, source_file, owner,
+                 on_progress, report) -> IngestResult:
+    """The ingest's transaction: parse into the trace's table, collect rejects, register it; all or nothing."""
     cur.execute("BEGIN")
     try:
         with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
@@ -342,19 +349,28 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
              "start": float(t0) if has_time and time_kind.is_wall_clock else None, "notes": json.dumps(notes)})
         store.link_owner(cur, trace_id, owner)
         cur.execute("COMMIT")
-    except PlannerError:
-        cur.execute("ROLLBACK")
-        raise
     except duckdb.Error as exc:
-        cur.execute("ROLLBACK")
+        _rollback(cur)
         raise read_error(path, source.format, exc) from None
+    except BaseException:           # PlannerError, and Streamlit's rerun/stop signals raised from progress
+        _rollback(cur)
+        raise
     finally:
         for table in (source.rejects_table, f"{staging}_scans"):
             if table:
-                cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
-        store.WRITE_LOCK.release()
+                try:
+                    cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
+                except duckdb.Error:
+                    pass        # temporary tables: they go with the connection anyway
     report(1.0, "stored")
     return _result_from_trace(store.get_trace(con, trace_id), None)
+
+
+def _rollback(cur) -> None:
+    try:
+        cur.execute("ROLLBACK")
+    except duckdb.TransactionException:     # already rolled back (the duplicate branch)
+        pass
 
 
 def _stem(filename: str) -> str:

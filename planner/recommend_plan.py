@@ -51,8 +51,12 @@ class RecommendOptions:
 
 
 def slo_classes(texts: tuple[str, ...]) -> list[SLOClass]:
-    """Parsed classes, or the default three."""
-    return [parse_slo(t) for t in texts] if texts else list(DEFAULT_CLASSES)
+    """Parsed classes, or the default three; names must differ (each names its row, command and charts)."""
+    classes = [parse_slo(t) for t in texts] if texts else list(DEFAULT_CLASSES)
+    names = [c.name for c in classes]
+    if len(set(names)) < len(names):
+        raise PlannerError(f"SLO class names repeat ({', '.join(names)}): expected a different name for each")
+    return classes
 
 
 def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:

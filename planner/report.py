@@ -18,6 +18,7 @@ from planner import __version__, capacity_charts, charts, recommend_charts, sim_
 from planner.capacity_report import memory_report
 from planner.cli_output import clean
 from planner.cost_model import CostParams
+from planner.errors import PlannerError
 from planner.hardware import GPU
 from planner.models import ModelSpec
 from planner.recommend_plan import RecommendOptions, plan_recommendation
@@ -59,7 +60,11 @@ def build_report(con, trace_ref: str, model: ModelSpec, gpu: GPU, options: Recom
     fits = {}
     for i, (fld, label) in enumerate(LENGTH_FIELDS):
         report(0.05 + 0.05 * i, f"fitting {label.lower()}")
-        fit = fit_length_field(con, info.trace_id, fld)
+        try:
+            fit = fit_length_field(con, info.trace_id, fld)
+        except (PlannerError, ValueError) as exc:     # too few or all-equal values: say so, keep the report
+            fits[fld] = {"field": fld, "error": str(exc)}
+            continue
         fits[fld] = length_fit_dict(fld, fit)
         x, w = length_counts(con, info.trace_id, fld)
         specs[f"{fld}_histogram"] = charts.length_histogram(x, w, fit, f"{label}: histogram and fits").to_dict()
@@ -68,7 +73,8 @@ def build_report(con, trace_ref: str, model: ModelSpec, gpu: GPU, options: Recom
         from planner.workload import arrival_times
 
         rates = charts.rate_table(arrival_times(con, info.trace_id))
-        specs["arrival_rate"] = charts.rate_timeline(rates, arrivals["peaks"]["mean_rate_rps"]).to_dict()
+        if rates.height:
+            specs["arrival_rate"] = charts.rate_timeline(rates, arrivals["peaks"]["mean_rate_rps"]).to_dict()
         arrivals = {"span_s": arrivals["span_s"], "peaks": arrivals["peaks"], "fit": arrival_fit_dict(arrivals["fit"])}
 
     report(0.15, "memory plan")
@@ -91,10 +97,12 @@ def build_report(con, trace_ref: str, model: ModelSpec, gpu: GPU, options: Recom
             "Latency CDF at the trace's own rate").to_dict()
         specs["simulation_timeline"] = sim_charts.timeline_chart(simulation["timeline"]).to_dict()
         if recommendation is None:
-            work = from_trace(con, info.trace_id)
-            recommendation = plan_recommendation(
-                work, model, gpu, replace(options, details=True), cost,
-                lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"))
+            try:
+                recommendation = plan_recommendation(
+                    from_trace(con, info.trace_id), model, gpu, replace(options, details=True), cost,
+                    lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"))
+            except PlannerError as exc:     # e.g. every request at one instant: no rate to scale
+                recommendation = {"error": str(exc), "classes": []}
         for row in recommendation["classes"]:
             specs.update(_class_charts(row))
 
@@ -149,6 +157,11 @@ def _reproduce_command(trace_id: str, model: ModelSpec, gpu: GPU, options: Recom
              f"--kv-cache-dtype {options.kv_cache_dtype}", f"--headroom {options.headroom}"]
     if options.max_model_len:
         parts.append(f"--max-model-len {options.max_model_len}")
+    if options.tp_options:
+        parts.append(f"--tp-search {','.join(map(str, options.tp_options))}")
+    if options.max_new_tokens_options:
+        parts.append(f"--max-new-tokens-options {shlex.quote(','.join(options.max_new_tokens_options))}")
+    parts.append(f"--price {gpu.price_per_hour:g}")
     parts += [f"--slo {shlex.quote(s)}" for s in options.slos]
     return " ".join(parts)
 

@@ -9,17 +9,20 @@ import base64
 import html
 import json
 import math
+import re
 
 SECTIONS = (("workload", "Workload"), ("memory", "Memory and capacity"), ("simulation", "Simulation"),
             ("recommendations", "Recommendations"), ("sensitivity", "Sensitivity"),
             ("assumptions", "Assumptions and reproduction"))
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-STYLE = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#1b1f24}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:13px}th,td{border:1px solid #d0d7de;padding:3px 8px;
-text-align:right}th{background:#f3f5f7}td:first-child,th:first-child{text-align:left}pre{background:#f6f8fa;
-padding:.6em;overflow-x:auto;white-space:pre-wrap}figure{margin:1em 0}figcaption{color:#57606a;font-size:12px}
-.meta{color:#57606a}img{max-width:100%}.scroll{overflow-x:auto}nav a{margin-right:1em}
-h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:2em}"""
+# every rule scoped to the report's own wrapper: shown inside the app (st.html) it must not restyle the page
+STYLE = """.cr{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#1b1f24}
+.cr table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:13px}.cr th,.cr td{border:1px solid #d0d7de;
+padding:3px 8px;text-align:right}.cr th{background:#f3f5f7}.cr td:first-child,.cr th:first-child{text-align:left}
+.cr pre{background:#f6f8fa;padding:.6em;overflow-x:auto;white-space:pre-wrap}.cr figure{margin:1em 0}
+.cr figcaption{color:#57606a;font-size:12px}.cr .meta{color:#57606a}.cr img{max-width:100%}
+.cr .scroll{overflow-x:auto}.cr nav a{margin-right:1em}
+.cr h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:2em}"""
 
 
 def chart_svgs(specs: dict[str, dict]) -> dict[str, str]:
@@ -59,6 +62,9 @@ def _rows(report: dict) -> dict[str, list[tuple[str, list[str], list[list]]]]:
     out["workload"].append(("Request lengths and measured latencies", ["field", *pct], lengths + latencies))
     fits = []
     for f, fit in wl["fits"].items():
+        if "error" in fit:
+            fits.append([f, "—", None, "—", None, fit["error"]])
+            continue
         best = fit["candidates"][0]
         params = json.dumps({k: round(v, 4) for k, v in (best.get("params") or {}).items()})
         fits.append([f, fit["best"], fit["censored_at"], f"{fit['censored_fraction']:.2%}", best.get("ks"), params])
@@ -96,7 +102,7 @@ def _rows(report: dict) -> dict[str, list[tuple[str, list[str], list[list]]]]:
             "class", "SLO", "feasible", "max_num_seqs", "max_num_batched_tokens", "preemption", "TP",
             "TTFT p99 ms", "TPOT p99 ms", "output tok/s", "req/s per replica", "replicas", "GPUs", "$/hour",
             "$/M output tokens"], [[
-                r["name"], ", ".join(f"{k} < {v:g}" for k, v in r["slo"].items()) or "throughput", r["feasible"],
+                r["name"], _slo_text(r["slo"]), r["feasible"],
                 r["config"]["max_num_seqs"], r["config"]["max_num_batched_tokens"], r["config"]["preemption_mode"],
                 r["tp"], ((r["predicted"] or {}).get("ttft_ms") or {}).get("p99"),
                 ((r["predicted"] or {}).get("tpot_ms") or {}).get("p99"), r["throughput_tok_s"],
@@ -105,10 +111,21 @@ def _rows(report: dict) -> dict[str, list[tuple[str, list[str], list[list]]]]:
     return out
 
 
+def _slo_text(slo: dict) -> str:
+    share = slo.get("attainment")
+    bounds = ", ".join(f"{k} < {v:g}" for k, v in slo.items() if k != "attainment")
+    if share is not None:
+        return f"{share:.0%} of requests: {bounds}"
+    return bounds or "throughput"
+
+
 def _missing(key: str, report: dict) -> str | None:
     """Why a section is empty, in one sentence."""
     if key in ("simulation", "recommendations", "sensitivity") and not report.get("simulation"):
         return "The trace has no arrival times, and replaying it at a rate needs them: no simulation here."
+    error = (report.get("recommendations") or {}).get("error")
+    if key in ("recommendations", "sensitivity") and error:
+        return f"No recommendation: {error}"
     return None
 
 
@@ -137,7 +154,7 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
     parts = [f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-             f"<title>{e(report['title'])}</title><style>{STYLE}</style></head><body>",
+             f"<title>{e(report['title'])}</title><style>{STYLE}</style></head><body><div class=cr>",
              f"<h1>{e(report['title'])}</h1>",
              f"<p class=meta>Trace <b>{e(t['name'])}</b> (id <code>{e(t['trace_id'])}</code>, content SHA-256 "
              f"<code>{e(t['content_sha256'])}</code>, {_num(t['rows'])} requests, file {e(t['source_file'])}) · "
@@ -165,37 +182,39 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
             parts.append("<pre>" + e(json.dumps({"scenario": report["scenario"], **report["assumptions"]},
                                                 indent=1)) + "</pre>")
         parts.append("</section>")
-    parts.append("</body></html>")
+    parts.append("</div></body></html>")
     return "\n".join(parts)
 
 
-def _md(text) -> str:
-    # Markdown renders inline HTML: escape it, and the table separator
+def markdown_text(text) -> str:
+    """``text`` (or a number, formatted) safe in Markdown: no HTML, link, image or emphasis can come of it."""
+    # Markdown renders inline HTML: escape it
     text = html.escape(_num(text) if not isinstance(text, str) else text, quote=False)
-    return text.replace("|", "\\|").replace("\n", " ")
+    # and Markdown's own syntax: a name must not become a link, an image or emphasis
+    return re.sub(r"([\\`*_{}\[\]()#+!|~])", r"\\\1", text).replace("\n", " ")
 
 
 def to_markdown(report: dict) -> str:
     """The Markdown twin: the same tables, commands and diagnosis; charts are in the HTML twin."""
-    t = report["trace"]
-    lines = [f"# {_md(report['title'])}", "",
-             f"Trace **{_md(t['name'])}** (id `{t['trace_id']}`, content SHA-256 `{t['content_sha256']}`, "
-             f"{_num(t['rows'])} requests) · planner {_md(report['app_version'])} · {_md(report['created_utc'])}", ""]
+    t, md = report["trace"], markdown_text
+    lines = [f"# {md(report['title'])}", "",
+             f"Trace **{md(t['name'])}** (id `{t['trace_id']}`, content SHA-256 `{t['content_sha256']}`, "
+             f"{_num(t['rows'])} requests) · planner {md(report['app_version'])} · {md(report['created_utc'])}", ""]
     tables = _rows(report)
     for key, title in SECTIONS:
         lines += [f"## {title}", ""] + ([_missing(key, report), ""] if _missing(key, report) else [])
         for caption, header, rows in tables[key]:
-            lines += [f"**{_md(caption)}**", "", "| " + " | ".join(_md(h) for h in header) + " |",
+            lines += [f"**{md(caption)}**", "", "| " + " | ".join(md(h) for h in header) + " |",
                       "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in rows]
+            lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
             lines.append("")
         if key == "recommendations":
             for name, command, notes in _class_notes(report):
-                lines += [f"### {_md(name)}", "", "```bash", command.replace("```", "'''"), "```", ""]
-                lines += [f"- {_md(n)}" for n in notes] + [""]
+                lines += [f"### {md(name)}", "", "```bash", command.replace("```", "'''"), "```", ""]
+                lines += [f"- {md(n)}" for n in notes] + [""]
         charts = _charts_of(key, report)
         if charts:
-            lines += [f"Charts in the HTML twin: {', '.join(_md(c) for c in charts)}.", ""]
+            lines += [f"Charts in the HTML twin: {', '.join(md(c) for c in charts)}.", ""]
         if key == "assumptions":
             lines += ["```bash", report["assumptions"]["reproduce"].replace("```", "'''"), "```", "", "```json",
                       json.dumps({"scenario": report["scenario"], **report["assumptions"]}, indent=1)

@@ -241,13 +241,13 @@ def rejects_csv(con: duckdb.DuckDBPyConnection, trace_id: str) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def link_owner(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None, existing: bool = False) -> None:
-    """Add a trace to ``owner``'s workspace (no owner: nothing to do). For a trace that was ``existing`` already,
-    only when it is private: a shared trace (linked to nobody) stays visible to everyone."""
+def link_owner(cur: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None, existing: bool = False) -> None:
+    """Add a trace to ``owner``'s workspace (no owner: nothing to do), on ``cur`` itself so an open transaction
+    covers it. For a trace that was ``existing`` already, only when it is private: a shared trace (linked to
+    nobody) stays visible to everyone."""
     if not owner:
         return
     with WRITE_LOCK:
-        cur = con.cursor()
         if existing and not cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t",
                                         {"t": trace_id}).fetchone()[0]:
             return
@@ -262,28 +262,42 @@ def owned_trace_ids(con: duckdb.DuckDBPyConnection, owner: str) -> set[str]:
 
 def remove_trace(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | None = None) -> None:
     """Take a trace out of ``owner``'s workspace, deleting it once no workspace keeps it; without an owner (a
-    single-workspace app, the CLI) delete it outright."""
-    if owner is None:
-        delete_trace(con, trace_id)
-        return
-    with WRITE_LOCK:
-        cur = con.cursor()
-        cur.execute("DELETE FROM workspace_traces WHERE owner = $o AND trace_id = $t", {"o": owner, "t": trace_id})
-        if not cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t", {"t": trace_id}).fetchone()[0]:
-            delete_trace(con, trace_id)
+    single-workspace app, the CLI) delete it outright. One transaction: a failure leaves links and data as they
+    were (a half-done removal must never turn a private trace into a shared one).
 
-
-def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:
-    """Remove a trace, its requests, its rejects and its workspace links in one transaction."""
+    Raises
+    ------
+    PlannerError
+        When the trace is not in ``owner``'s workspace (shared traces are not theirs to remove).
+    """
     with WRITE_LOCK:
         cur = con.cursor()
         cur.execute("BEGIN")
         try:
-            cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
-            cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
-            for table in ("rejects", "workspace_traces", "traces"):
-                cur.execute(f"DELETE FROM {table} WHERE trace_id = $t", {"t": trace_id})
+            if owner is not None:
+                linked = cur.execute("DELETE FROM workspace_traces WHERE owner = $o AND trace_id = $t RETURNING 1",
+                                     {"o": owner, "t": trace_id}).fetchall()
+                if not linked:
+                    raise PlannerError(f"trace {trace_id!r} is not in your workspace; nothing was removed")
+                others = cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t",
+                                     {"t": trace_id}).fetchone()[0]
+                if others:
+                    cur.execute("COMMIT")
+                    return
+            _drop_trace(cur, trace_id)
             cur.execute("COMMIT")
-        except Exception:
+        except BaseException:
             cur.execute("ROLLBACK")
             raise
+
+
+def _drop_trace(cur, trace_id: str) -> None:
+    cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
+    cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
+    for table in ("rejects", "workspace_traces", "traces"):
+        cur.execute(f"DELETE FROM {table} WHERE trace_id = $t", {"t": trace_id})
+
+
+def delete_trace(con: duckdb.DuckDBPyConnection, trace_id: str) -> None:
+    """Remove a trace, its requests, its rejects and its workspace links in one transaction."""
+    remove_trace(con, trace_id, None)

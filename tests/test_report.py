@@ -78,7 +78,8 @@ def test_a_script_payload_in_names_is_inert(payload_report, tmp_path):
     assert html.escape(PAYLOAD) in page                                   # shown, as text
     # Markdown renders inline HTML (not inside code blocks, where the JSON assumptions are)
     prose = re.sub(r"```.*?```", "", md, flags=re.S)
-    assert "<script" not in prose and "<img" not in prose and html.escape(PAYLOAD, quote=False) in prose
+    assert "<script" not in prose and "<img" not in prose and "](" not in prose.replace("\\]\\(", "")
+    assert "&lt;script&gt;alert\\(\"x\"\\)&lt;/script&gt;" in prose       # shown as text
     assert re.search(r'http-equiv="Content-Security-Policy" content="default-src \'none\'', page)
 
 
@@ -103,7 +104,7 @@ def test_report_cli_contract_saves_a_linkable_report(tmp_path):
                          "--quiet", db=db)
         assert other["format"] == fmt and other["report_id"] != out["report_id"]
     assert json.loads((tmp_path / "c.json").read_text())["trace"]["name"] == "sample_chat"
-    assert (tmp_path / "c.md").read_text().startswith("# Capacity report: sample_chat")
+    assert (tmp_path / "c.md").read_text().startswith("# Capacity report: sample\\_chat on 1× A100 80GB SXM4 \\(")
     bad = run_cli("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "-o",
                   str(tmp_path / "c.pdf"), "--json", db=db, check=False)
     assert bad.returncode == 2 and "expected one of html, md, json" in bad.stderr
@@ -180,7 +181,7 @@ def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
     at.switch_page("pages/report.py").run()
     assert not at.exception
     at.button(key="report_build").click().run()
-    assert not at.exception and at.success[0].value.startswith("Saved: **Capacity report: small")
+    assert not at.exception and at.success[0].value.startswith("Saved: Capacity report: small on")
     link = at.get("code")[0].proto.code_text
     report_id = re.search(r"\?report=([A-Za-z0-9_-]{22})$", link).group(1)
     assert [b.label for b in at.get("download_button")] == ["Download HTML", "Download Markdown", "Download JSON"]
@@ -190,3 +191,24 @@ def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
     con = store.open_store(db)
     assert load_report(con, report_id).body["trace"]["name"] == "small"
     con.close()
+
+
+def test_degenerate_traces_still_report_and_markdown_names_stay_text(con, tmp_path):
+    # three requests within half a second, every length the same; a name that Markdown would make an image
+    path = tmp_path / "tiny.csv"
+    path.write_text("arrival,input_tokens,output_tokens\n0.0,100,20\n0.2,100,20\n0.4,100,20\n")
+    info = ingest_file(con, path, name="![t](https://example.invalid/p.png) *x*")
+    body = build_report(con, info.trace_id, MODEL, GPU, RecommendOptions(max_model_len=4096))
+    assert body["simulation"]["completed"] == 3 and "arrival_rate" not in body["charts"]
+    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    assert "<section id=\"recommendations\">" in page
+    prose = re.sub(r"```.*?```", "", md, flags=re.S)
+    assert "](" not in prose.replace("\\]\\(", "") and "*x*" not in prose and "\\!\\[t\\]\\(https" in prose
+
+
+def test_repeated_class_names_are_refused():
+    from planner.errors import PlannerError
+    from planner.recommend_plan import slo_classes
+
+    with pytest.raises(PlannerError, match="names repeat"):
+        slo_classes(("chat:ttft_p99<300", "chat:tpot_p99<50"))
