@@ -31,6 +31,17 @@ def _reserved_tokens(mode, prompt, generated, max_new):
 
 
 @numba.njit(cache=True, nogil=True)
+def enqueue_arrivals(arrival, queue, head, size, next_arrival, t):
+    """Append every request that has arrived by ``t`` to the ring-buffer queue; returns ``(size, next_arrival)``."""
+    n = arrival.shape[0]
+    while next_arrival < n and arrival[next_arrival] <= t:
+        queue[(head + size) % (n + 1)] = next_arrival
+        size += 1
+        next_arrival += 1
+    return size, next_arrival
+
+
+@numba.njit(cache=True, nogil=True)
 def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     """Append a timeline row ``(time_s, running, waiting, blocks_used, step_s, bound)``, doubling the array when
     full; returns the (possibly new) array and the row count."""
@@ -82,10 +93,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     t = 0.0
     next_arrival, done, steps = 0, 0, 0
     while done < n:
-        while next_arrival < n and arrival[next_arrival] <= t:
-            queue[(head + size) % (n + 1)] = next_arrival
-            size += 1
-            next_arrival += 1
+        size, next_arrival = enqueue_arrivals(arrival, queue, head, size, next_arrival, t)
         if run_count == 0 and size == 0:
             t = arrival[next_arrival]
             continue

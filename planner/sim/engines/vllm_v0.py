@@ -5,7 +5,7 @@ import numpy as np
 
 from planner.cost_model import step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun
-from planner.sim.kernel import log_step
+from planner.sim.kernel import enqueue_arrivals, log_step
 
 WATERMARK = 0.01
 
@@ -33,10 +33,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
     free = num_blocks
     t = 0.0
     while done < n:
-        while next_arrival < n and arrival[next_arrival] <= t:
-            queue[(head + size) % (n + 1)] = next_arrival
-            size += 1
-            next_arrival += 1
+        size, next_arrival = enqueue_arrivals(arrival, queue, head, size, next_arrival, t)
         if run_count == 0 and size == 0:
             t = arrival[next_arrival]
             continue
