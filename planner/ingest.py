@@ -283,87 +283,80 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     plan = plan_parse(cur, source, mapping)
     notes = list(source.notes)
     with store.WRITE_LOCK:      # one writer at a time: names stay unique, duplicates are seen
-        return _store_trace(cur, con, path, content, source, mapping, plan, notes, staging, name, source_file,
-                            owner, on_progress, report)
-
-
-def _store_trace(cur, con, path, content, source, mapping, plan, notes, staging, name, source_file, owner,
-                 on_progress, report) -> IngestResult:
-    """The ingest's transaction: parse into the trace's table, collect rejects, register it; all or nothing."""
-    cur.execute("BEGIN")
-    try:
-        with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
-            cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
-        sha = content.value()
-        existing = store.find_by_hash(cur, sha)
-        if existing is not None:  # a large duplicate, found once its background hash was done
-            cur.execute("ROLLBACK")
-            store.link_owner(cur, existing.trace_id, owner, existing=True)
-            report(1.0, "already stored")
-            return _result_from_trace(existing, existing.trace_id)
-        trace_id = sha[:16]
-        data = store.requests_data_table(trace_id)
-        cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
-        report(0.9, "collecting rejects")
-        structural = _structural_rejects(cur, source)
-        time_kind = plan.time_kind
-        has_time = time_kind is not None
-        first_arrival = "min(arrival_abs) FILTER (reason IS NULL)" if has_time else "NULL"
-        rows, bad, failed, t0, first_rowid = cur.execute(
-            f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
-            f"count(*) FILTER (reason IS NULL AND failed), {first_arrival}, coalesce(min(rowid), 0) FROM {data}"
-        ).fetchall()[0]
-        if structural:
-            cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
-                            [(trace_id, row, raw, reason) for row, raw, reason in structural])
-        if bad:
-            cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason "
-                        f"FROM {data} WHERE reason IS NOT NULL", {"t": trace_id})
-        rejected = bad + len(structural)
-        if rows == 0:
-            first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
-                                {"t": trace_id}).fetchall()
-            detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
-            raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
-                               "rows with whole, non-negative input and output token counts")
-        arrival = f"arrival_abs - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
-        optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
-                             for fld, sql_type in _OPTIONAL_FIELDS.items())
-        cur.execute(
-            f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
-            f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, failed "
-            f"FROM {data} WHERE reason IS NULL")
-        if rejected:
-            notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
-        trace_name = store.unique_name(cur, name or _stem(source_file or path.name))
-        cur.execute(
-            "INSERT INTO traces VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, $mapping, $units, $dialect, "
-            "$rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, now()::TIMESTAMP)",
-            {"id": trace_id, "name": trace_name, "src": source_file or path.name, "sha": sha,
-             "fmt": source.format, "comp": source.compression, "layout": mapping.layout,
-             "mapping": json.dumps(mapping.columns), "units": json.dumps(plan.units),
-             "dialect": json.dumps(source.dialect.as_dict()) if source.dialect else None,
-             "rows": rows, "rejected": rejected, "failed": failed, "has_time": has_time,
-             "kind": time_kind.kind if has_time else None,
-             "res": time_kind.resolution_s if has_time else None,
-             "start": float(t0) if has_time and time_kind.is_wall_clock else None, "notes": json.dumps(notes)})
-        store.link_owner(cur, trace_id, owner)
-        cur.execute("COMMIT")
-    except duckdb.Error as exc:
-        _rollback(cur)
-        raise read_error(path, source.format, exc) from None
-    except BaseException:           # PlannerError, and Streamlit's rerun/stop signals raised from progress
-        _rollback(cur)
-        raise
-    finally:
-        for table in (source.rejects_table, f"{staging}_scans"):
-            if table:
-                try:
-                    cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
-                except duckdb.Error:
-                    pass        # temporary tables: they go with the connection anyway
-    report(1.0, "stored")
-    return _result_from_trace(store.get_trace(con, trace_id), None)
+        cur.execute("BEGIN")
+        try:
+            with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
+                cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
+            sha = content.value()
+            existing = store.find_by_hash(cur, sha)
+            if existing is not None:  # a large duplicate, found once its background hash was done
+                cur.execute("ROLLBACK")
+                store.link_owner(cur, existing.trace_id, owner, existing=True)
+                report(1.0, "already stored")
+                return _result_from_trace(existing, existing.trace_id)
+            trace_id = sha[:16]
+            data = store.requests_data_table(trace_id)
+            cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
+            report(0.9, "collecting rejects")
+            structural = _structural_rejects(cur, source)
+            time_kind = plan.time_kind
+            has_time = time_kind is not None
+            first_arrival = "min(arrival_abs) FILTER (reason IS NULL)" if has_time else "NULL"
+            rows, bad, failed, t0, first_rowid = cur.execute(
+                f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
+                f"count(*) FILTER (reason IS NULL AND failed), {first_arrival}, coalesce(min(rowid), 0) FROM {data}"
+            ).fetchall()[0]
+            if structural:
+                cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
+                                [(trace_id, row, raw, reason) for row, raw, reason in structural])
+            if bad:
+                cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason "
+                            f"FROM {data} WHERE reason IS NOT NULL", {"t": trace_id})
+            rejected = bad + len(structural)
+            if rows == 0:
+                first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
+                                    {"t": trace_id}).fetchall()
+                detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
+                raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
+                                   "rows with whole, non-negative input and output token counts")
+            arrival = f"arrival_abs - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
+            optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
+                                 for fld, sql_type in _OPTIONAL_FIELDS.items())
+            cur.execute(
+                f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
+                f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, failed "
+                f"FROM {data} WHERE reason IS NULL")
+            if rejected:
+                notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
+            trace_name = store.unique_name(cur, name or _stem(source_file or path.name))
+            cur.execute(
+                "INSERT INTO traces VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, $mapping, $units, $dialect, "
+                "$rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, now()::TIMESTAMP)",
+                {"id": trace_id, "name": trace_name, "src": source_file or path.name, "sha": sha,
+                 "fmt": source.format, "comp": source.compression, "layout": mapping.layout,
+                 "mapping": json.dumps(mapping.columns), "units": json.dumps(plan.units),
+                 "dialect": json.dumps(source.dialect.as_dict()) if source.dialect else None,
+                 "rows": rows, "rejected": rejected, "failed": failed, "has_time": has_time,
+                 "kind": time_kind.kind if has_time else None,
+                 "res": time_kind.resolution_s if has_time else None,
+                 "start": float(t0) if has_time and time_kind.is_wall_clock else None, "notes": json.dumps(notes)})
+            store.link_owner(cur, trace_id, owner)
+            cur.execute("COMMIT")
+        except duckdb.Error as exc:
+            _rollback(cur)
+            raise read_error(path, source.format, exc) from None
+        except BaseException:           # PlannerError, and Streamlit's rerun/stop signals raised from progress
+            _rollback(cur)
+            raise
+        finally:
+            for table in (source.rejects_table, f"{staging}_scans"):
+                if table:
+                    try:
+                        cur.execute(f"DROP TABLE IF EXISTS {store.quote_ident(table)}")
+                    except duckdb.Error:
+                        pass        # temporary tables: they go with the connection anyway
+        report(1.0, "stored")
+        return _result_from_trace(store.get_trace(con, trace_id), None)
 
 
 def _rollback(cur) -> None:
