@@ -71,13 +71,8 @@ def scenario() -> dict:
 
 def search_controls(s: dict) -> dict:
     """SLO classes, headroom, engine and the compared options of a recommendation (Recommend and Report pages
-    share them, and the URL): the ``params`` :func:`pages._shared.recommendation` caches on.
-
-    Raises
-    ------
-    PlannerError
-        For a malformed SLO class or TP list, before any search runs.
-    """
+    share them, and the URL): the ``params`` :func:`pages._shared.recommendation` caches on. A malformed SLO class
+    or TP list is shown as an error and stops the page, before any search runs."""
     from planner.recommend import parse_slo
     from planner.sim.engines import ENGINES
 
@@ -96,12 +91,16 @@ def search_controls(s: dict) -> dict:
     caps_text = c[2].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **URL,
                                 help="none, integers, or pNN percentiles of the trace's output lengths")
     slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
-    for text in slos:
-        parse_slo(text)
     try:
+        for text in slos:
+            parse_slo(text)
         tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
+    except PlannerError as exc:
+        st.error(str(exc))
+        st.stop()
     except ValueError:
-        raise PlannerError(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4") from None
+        st.error(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4")
+        st.stop()
     return {"model": repr(s["model"]), "gpu": repr(s["gpu"]), "tp": s["tp"], "util": s["gpu_memory_utilization"],
             "max_len": s["max_model_len"], "kv_dtype": s["kv_cache_dtype"], "slos": slos, "headroom": headroom,
             "engine": engine, "tp_options": tp_options,

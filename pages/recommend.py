@@ -15,11 +15,7 @@ info = selected_trace()
 if info is None or not info.has_timestamps:
     st.info("Select a trace with timestamps in the sidebar: recommendations replay its arrivals.")
     st.stop()
-try:
-    params = search_controls(s)
-except PlannerError as exc:
-    st.error(str(exc))
-    st.stop()
+params = search_controls(s)
 bar = st.progress(0.0, text="searching…")
 try:
     out = recommendation(info.trace_id, params, s["model"], s["gpu"],

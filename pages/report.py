@@ -17,11 +17,7 @@ info = selected_trace()
 if info is None:
     st.info("Select a trace in the sidebar.")
     st.stop()
-try:
-    params = search_controls(s)
-except PlannerError as exc:
-    st.error(str(exc))
-    st.stop()
+params = search_controls(s)
 st.caption("Workload and fits, memory and capacity, a replay at the trace's own rate, recommendations with "
            "commands, sensitivity plots and every assumption, with the trace's content hash: one file that opens "
            "offline. Saving stores it under an unguessable link that opens it read-only for anyone who has it.")

@@ -25,8 +25,8 @@ from planner.recommend_plan import RecommendOptions, plan_recommendation
 from planner.sim.run import engine_settings, simulate, summarize
 from planner.sim.workload import from_trace
 from planner.stats import trace_stats
-from planner.workload import (arrival_fit_dict, arrival_overview, fit_length_field, length_counts, length_fit_dict,
-                              request_lengths)
+from planner.workload import (arrival_fit_dict, arrival_overview, arrival_times, fit_length_field, length_counts,
+                              length_fit_dict, request_lengths)
 
 REPORT_FORMAT = 1
 LENGTH_FIELDS = (("input_tokens", "Input tokens"), ("output_tokens", "Output tokens"))
@@ -70,8 +70,6 @@ def build_report(con, trace_ref: str, model: ModelSpec, gpu: GPU, options: Recom
         specs[f"{fld}_histogram"] = charts.length_histogram(x, w, fit, f"{label}: histogram and fits").to_dict()
     arrivals = arrival_overview(con, info)
     if arrivals is not None:
-        from planner.workload import arrival_times
-
         rates = charts.rate_table(arrival_times(con, info.trace_id))
         if rates.height:
             specs["arrival_rate"] = charts.rate_timeline(rates, arrivals["peaks"]["mean_rate_rps"]).to_dict()
@@ -127,7 +125,8 @@ def build_report(con, trace_ref: str, model: ModelSpec, gpu: GPU, options: Recom
         "charts": specs,
     }
     report(1.0, "done")
-    return clean(json.loads(json.dumps(clean(body), default=_jsonable)))
+    # one JSON round trip turns numpy values into plain ones; clean() then makes every NaN/inf null
+    return clean(json.loads(json.dumps(body, default=_jsonable)))
 
 
 def _class_charts(row: dict) -> dict:
