@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.recommend import BUDGET_GRID, SEQS_GRID, Search, SLOClass, _metric_ms, _output_rate, slo_load
-from planner.sim.run import SimResult, simulate
+from planner.sim.run import SimResult
 from planner.sim.workload import poisson_or_gamma
 
 LOAD_STEPS = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5)
@@ -47,8 +47,7 @@ def rate_bands(search: Search, seqs: int, budget: int, scale: float, chunked: bo
             work = replace(search.workload, arrival_s=search.workload.arrival_s / (scale * factor),
                            input_tokens=search.workload.input_tokens[pick],
                            output_tokens=search.workload.output_tokens[pick])
-            result = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
-            search.simulations += 1
+            result = search.replay(work, cfg)
             values["ttft_p99_ms"].append(_metric_ms(result, "ttft", 99))
             values["tpot_p99_ms"].append(_metric_ms(result, "tpot", 99))
         rows.append({"rate_rps": search.base_rate * scale * factor,
@@ -88,8 +87,7 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
                                                                    max(cv * factor, 0.05))),
         }
         for name, variant in variants.items():
-            result = simulate(variant, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
-            search.simulations += 1
+            result = search.replay(variant, cfg)
             rows.append({"factor": name, "change": f"{factor - 1:+.0%}",
                          "value_ms": _metric_ms(result, metric, percentile), "baseline_ms": base})
     return rows
@@ -133,12 +131,11 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
                      "(decode): a larger token budget speeds prompts, a smaller one steadies decoding.")
     outputs = search.workload.output_tokens
     cv = float(outputs.std() / outputs.mean()) if outputs.mean() else 0.0
-    if cv > 0.8:
+    if cv > 0.8 and search.engine == "vllm-v1":      # the remedy is a vllm-v1 option (EngineSettings.priority)
         work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
         cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                       priority="shortest-predicted")
-        ranked = simulate(work, search.model, search.gpu, cfg, tp=search.tp, cost=search.cost)
-        search.simulations += 1
+        ranked = search.replay(work, cfg)
         before, after = _metric_ms(result, "ttft", 50), _metric_ms(ranked, "ttft", 50)
         notes.append(f"Output lengths vary widely (CV {cv:.2f}): shortest-predicted-first scheduling moves the TTFT "
                      f"median from {before:,.0f} to {after:,.0f} ms (p99 {_metric_ms(result, 'ttft', 99):,.0f} → "

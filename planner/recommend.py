@@ -157,10 +157,13 @@ class Search:
             # a request waiting past the queueing bound already fails every class: stop that replay there
             cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                           abort_wait_s=MAX_QUEUE_P99_S * 20)
-            self.cache[key] = simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp,
-                                       cost=self.cost)
-            self.simulations += 1
+            self.cache[key] = self.replay(work, cfg)
         return self.cache[key]
+
+    def replay(self, work: SimWorkload, cfg: EngineSettings) -> SimResult:
+        """One simulation on this search's model, GPU, engine, TP and cost model, counted."""
+        self.simulations += 1
+        return simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp, cost=self.cost)
 
     def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
         """An upper bound on the sustainable scale: the completion rate with every request queued at once
@@ -169,8 +172,7 @@ class Search:
         if key not in self.capacities:
             work = replace(self.workload, arrival_s=np.zeros(self.workload.n))
             cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
-            result = simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp, cost=self.cost)
-            self.simulations += 1
+            result = self.replay(work, cfg)
             duration = float(np.nanmax(result.finish))
             self.capacities[key] = (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
         return self.capacities[key]

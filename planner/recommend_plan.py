@@ -106,13 +106,13 @@ def plan_recommendation(workload: SimWorkload, model: ModelSpec, gpu: GPU, optio
         searches[(tp, cap, mode)] = search
     if not rows_by:
         raise PlannerError(f"{model.name} fits no option on {gpu.label}: " + "; ".join(skipped))
-    out = []
     def rank(combo, i):
         tp, cap, mode = combo
         # most requests/s per GPU; ties: fewer GPUs, no cap (or a looser one), recompute (no host memory)
         return (rows_by[combo][i]["max_qps_per_replica"] / tp, -tp, math.inf if cap is None else cap,
                 mode == "recompute")
 
+    out = []
     for i, slo in enumerate(classes):
         best = max(rows_by, key=lambda combo: rank(combo, i))
         tp, cap, mode = best

@@ -166,6 +166,9 @@ def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags
         f"{cfg['max_num_batched_tokens']} --max-batch-size {cfg['max_num_seqs']} --max-input-tokens 8191 "
         f"--max-total-tokens 8192")
     assert tgi["vllm_args"].startswith(f"--max-num-seqs {cfg['max_num_seqs']}")     # the vLLM V1 equivalent
+    # details (sweeps, tornado, bands) replay through the search's own engine
+    search = Search(work, MODEL, small, engine_settings(MODEL, small, max_model_len=8192), engine="tgi")
+    assert search.replay(work, search.base).engine == "tgi" and search.simulations == 1
     (trt,) = plan_recommendation(work, MODEL, small, replace(opts, engine="trtllm"))["classes"]
     assert f"--max_batch_size {trt['config']['max_num_seqs']}" in trt["launch_command"]
 
