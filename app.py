@@ -6,7 +6,7 @@ A shared report link (``?report=<id>``) opens that report read-only for anyone w
 import streamlit as st
 
 from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
-from planner import store
+from planner.traces import store
 
 st.set_page_config(page_title="LLM capacity planner", page_icon=":material/speed:", layout="wide")
 

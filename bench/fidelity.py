@@ -18,10 +18,10 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.calibration import fit_points, fit_trace  # noqa: E402
-from planner.cost_model import CostParams  # noqa: E402
-from planner.hardware import get_gpu  # noqa: E402
-from planner.model_catalog import get_model  # noqa: E402
+from planner.catalog.gpus import get_gpu  # noqa: E402
+from planner.catalog.presets import get_model  # noqa: E402
+from planner.sim.calibration import fit_points, fit_trace  # noqa: E402
+from planner.sim.cost_model import CostParams  # noqa: E402
 from planner.sim.engines import EngineSettings  # noqa: E402
 from planner.sim.run import engine_settings, simulate  # noqa: E402
 from planner.sim.workload import SimWorkload  # noqa: E402

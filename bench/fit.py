@@ -21,10 +21,11 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner import store  # noqa: E402
-from planner.fitting.families import FAMILIES  # noqa: E402
-from planner.ingest import ingest_file  # noqa: E402
-from planner.workload import fit_interarrival, fit_length_field, length_counts  # noqa: E402
+from planner.traces import store  # noqa: E402
+from planner.traces.ingest import ingest_file  # noqa: E402
+from planner.traces.queries import length_counts
+from planner.workload.fits import fit_interarrival, fit_length_field
+from planner.workload.fitting.families import FAMILIES  # noqa: E402
 
 
 def write_trace(path: Path, rows: int) -> np.ndarray:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.hardware import GiB, get_gpu  # noqa: E402
-from planner.memory import Overheads, plan_memory  # noqa: E402
-from planner.model_catalog import from_hf_config, get_model  # noqa: E402
+from planner.capacity.memory import Overheads, plan_memory  # noqa: E402
+from planner.catalog.gpus import GiB, get_gpu  # noqa: E402
+from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
 
 CODELLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                 "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32016,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.hardware import get_gpu  # noqa: E402
-from planner.model_catalog import get_model  # noqa: E402
-from planner.recommend import DEFAULT_CLASSES, Search, recommend  # noqa: E402
+from planner.catalog.gpus import get_gpu  # noqa: E402
+from planner.catalog.presets import get_model  # noqa: E402
+from planner.recommend.search import DEFAULT_CLASSES, Search, recommend  # noqa: E402
 from planner.sim.run import engine_settings  # noqa: E402
 from planner.sim.workload import synthetic  # noqa: E402
 

@@ -18,9 +18,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.cost_model import coefficients  # noqa: E402
-from planner.hardware import get_gpu  # noqa: E402
-from planner.model_catalog import get_model  # noqa: E402
+from planner.catalog.gpus import get_gpu  # noqa: E402
+from planner.catalog.presets import get_model  # noqa: E402
+from planner.sim.cost_model import coefficients  # noqa: E402
 from planner.sim.engines import ENGINES  # noqa: E402
 from planner.sim.reference import run_reference  # noqa: E402
 from planner.sim.run import engine_settings, simulate, summarize  # noqa: E402

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import streamlit as st
 
+from planner.catalog.gpus import GPUS
+from planner.catalog.models import WEIGHT_BYTES
+from planner.catalog.presets import get_model, load_config, preset_names
 from planner.errors import PlannerError
-from planner.hardware import GPUS
-from planner.model_catalog import get_model, load_config, preset_names
-from planner.models import WEIGHT_BYTES
 
 URL = {"bind": "query-params", "persist_state": "page"}
 UPLOADED = "uploaded config.json"
@@ -73,7 +73,7 @@ def search_controls(s: dict) -> dict:
     """SLO classes, headroom, engine and the compared options of a recommendation (Recommend and Report pages
     share them, and the URL): the ``params`` :func:`pages._shared.recommendation` caches on. A malformed SLO class
     or TP list is shown as an error and stops the page, before any search runs."""
-    from planner.recommend import parse_slo
+    from planner.recommend.search import parse_slo
     from planner.sim.engines import ENGINES
 
     c = st.columns([3, 1])

@@ -9,8 +9,13 @@ from collections import OrderedDict
 import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
-from planner import charts, stats, store, workload
-from planner.samples import ensure_sample
+from planner.charts import workload as charts
+from planner.traces import queries, store
+from planner.traces.queries import arrival_times, length_counts
+from planner.traces.samples import ensure_sample
+from planner.workload import stats
+from planner.workload.fits import fit_length_field
+from planner.workload.tables import workload_report as build_workload_report
 
 
 @st.cache_resource(validate=lambda con: con is not None, on_release=lambda con: con.close())
@@ -82,26 +87,26 @@ def rejects_csv(trace_id: str) -> bytes:
 @st.cache_data(max_entries=16, show_spinner="Characterising the workload…")
 def workload_report(trace_id: str, window_s: float | None, edges: tuple[float, ...]) -> dict:
     """Grouped percentiles, joint view, latency buckets and arrival fits: the ``workload`` CLI object."""
-    return workload.workload_report(connection(), trace_id, window_s=window_s, edges=edges)
+    return build_workload_report(connection(), trace_id, window_s=window_s, edges=edges)
 
 
 @st.cache_data(max_entries=32, show_spinner="Fitting length distributions…")
 def length_fit(trace_id: str, field: str, cap: float | None, detect: bool):
     """Distinct values, counts and the ranked fits of one length field (what the ``fit`` CLI prints)."""
-    x, w = workload.length_counts(connection(), trace_id, field)
-    return x, w, workload.fit_length_field(connection(), trace_id, field, cap=cap, detect=detect)
+    x, w = length_counts(connection(), trace_id, field)
+    return x, w, fit_length_field(connection(), trace_id, field, cap=cap, detect=detect)
 
 
 @st.cache_data(max_entries=16, show_spinner="Binning arrivals…")
 def rate_table(trace_id: str):
     """Rate per 1 s, 10 s and 60 s bin (peak envelope for long traces)."""
-    return charts.rate_table(workload.arrival_times(connection(), trace_id))
+    return charts.rate_table(arrival_times(connection(), trace_id))
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading request lengths…")
 def request_lengths(trace_id: str):
     """Input and output tokens of the trace's non-failed requests."""
-    return workload.request_lengths(connection(), trace_id)
+    return queries.request_lengths(connection(), trace_id)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -109,7 +114,8 @@ def simulation(trace_id: str, params: dict, _model, _gpu):
     """A simulation's summary plus per-request TTFT and TPOT, cached per trace and parameters (the model's full
     spec is part of ``params``, so an uploaded config.json caches apart from a preset of the same name)."""
     from planner.sim.run import engine_settings, simulate, summarize
-    from planner.sim.workload import from_fits, from_trace, synthetic
+    from planner.sim.workload import from_fits, synthetic
+    from planner.workload.replay import from_trace
 
     remedy = params["remedy"]
     settings = engine_settings(
@@ -124,7 +130,7 @@ def simulation(trace_id: str, params: dict, _model, _gpu):
     elif params["source"] == "trace replay":
         work = from_trace(connection(), trace_id, rate_scale=params["scale"])
     else:
-        fits = [workload.fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
+        fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
         work = from_fits(*fits, n=10_000, qps=params["qps"])
     result = simulate(work, _model, _gpu, settings, engine=params["engine"], tp=params["tp"],
                       kv_cache_dtype=params["kv_dtype"])
@@ -132,8 +138,8 @@ def simulation(trace_id: str, params: dict, _model, _gpu):
 
 
 def recommend_options(params: dict, details: bool = False):
-    """The :class:`planner.recommend_plan.RecommendOptions` of :func:`pages._scenario.search_controls`' params."""
-    from planner.recommend_plan import RecommendOptions
+    """The :class:`planner.recommend.plan.RecommendOptions` of :func:`pages._scenario.search_controls`' params."""
+    from planner.recommend.plan import RecommendOptions
 
     return RecommendOptions(tp=params["tp"], engine=params["engine"], gpu_memory_utilization=params["util"],
                             max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
@@ -147,11 +153,11 @@ def _recommendations() -> tuple[OrderedDict, threading.Lock]:
 
 
 def recommendation(trace_id: str, params: dict, model, gpu, progress=None) -> dict:
-    """:func:`planner.recommend_plan.plan_recommendation` with details, kept per trace and parameters for every
+    """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace and parameters for every
     session (the 16 most recent). Not ``st.cache_data``: it would record the progress bar's updates and replay them
     into the page that asks next, which fails when that is another page (Report after Recommend)."""
-    from planner.recommend_plan import plan_recommendation
-    from planner.sim.workload import from_trace
+    from planner.recommend.plan import plan_recommendation
+    from planner.workload.replay import from_trace
 
     key = (trace_id, json.dumps(params, sort_keys=True, default=str))
     results, lock = _recommendations()

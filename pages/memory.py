@@ -8,13 +8,13 @@ import streamlit as st
 
 from pages._scenario import URL, scenario
 from pages._shared import request_lengths, require_frame, selected_trace
-from planner import capacity_charts
-from planner.capacity_report import memory_report
+from planner.capacity.memory import Overheads, default_batched_tokens, default_max_num_seqs
+from planner.capacity.report import memory_report
+from planner.capacity.reservation import POLICIES
+from planner.capacity.vllm_log import fit_overheads, parse_log
+from planner.catalog.gpus import GiB
+from planner.charts import capacity as capacity_charts
 from planner.errors import PlannerError
-from planner.hardware import GiB
-from planner.memory import Overheads, default_batched_tokens, default_max_num_seqs
-from planner.reservation import POLICIES
-from planner.vllm_log import fit_overheads, parse_log
 
 require_frame()
 st.title("Memory & capacity")

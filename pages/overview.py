@@ -6,8 +6,8 @@ import polars as pl
 import streamlit as st
 
 from pages._shared import rejects_csv, selected_trace, trace_stats
-from planner.stats import percentile_rows
-from planner.timestamps import describe_resolution
+from planner.traces.timestamps import describe_resolution
+from planner.workload.stats import percentile_rows
 
 st.title("Overview")
 info = selected_trace()

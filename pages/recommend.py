@@ -5,7 +5,7 @@ import streamlit as st
 
 from pages._scenario import scenario, search_controls
 from pages._shared import recommendation, require_frame, selected_trace
-from planner import recommend_charts
+from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
 
 require_frame()

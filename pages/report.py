@@ -3,12 +3,11 @@
 import streamlit as st
 
 from pages._scenario import scenario, search_controls
-from pages._shared import (connection, recommend_options, recommendation, require_frame, selected_trace,
-                           workspace_owner)
+from pages._shared import connection, recommend_options, recommendation, require_frame, selected_trace, workspace_owner
 from planner.errors import PlannerError
-from planner.report import build_report
-from planner.report_render import markdown_text
-from planner.report_store import list_reports, load_report, publish_report
+from planner.report.build import build_report
+from planner.report.render import markdown_text
+from planner.report.store import list_reports, load_report, publish_report
 
 require_frame()
 st.title("Report")

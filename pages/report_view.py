@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages._shared import connection
 from planner.errors import PlannerError
-from planner.report_store import load_report
+from planner.report.store import load_report
 
 try:
     saved = load_report(connection(), st.query_params.get("report", ""))

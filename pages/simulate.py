@@ -6,7 +6,7 @@ import streamlit as st
 
 from pages._scenario import URL, scenario
 from pages._shared import require_frame, selected_trace, simulation
-from planner import sim_charts
+from planner.charts import sim as sim_charts
 from planner.sim.engines import ENGINES
 
 require_frame()

@@ -10,12 +10,12 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
 from pages._shared import connection, rejects_csv, require_frame, workspace_owner
-from planner import store
 from planner.errors import PlannerError
-from planner.ingest import ingest_file
-from planner.layouts import FIELDS_HELP
-from planner.preview import inspect_file
-from planner.sources import FORMATS, Dialect
+from planner.traces import store
+from planner.traces.ingest import ingest_file
+from planner.traces.layouts import FIELDS_HELP
+from planner.traces.preview import inspect_file
+from planner.traces.sources import FORMATS, Dialect
 
 NONE = "—"
 DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe": "|"}

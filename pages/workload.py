@@ -4,9 +4,9 @@ import polars as pl
 import streamlit as st
 
 from pages._shared import length_fit, rate_table, selected_trace, trace_stats, workload_report
-from planner import charts
-from planner.stats import LENGTH_FIELDS, percentile_rows
-from planner.workload import DEFAULT_BUCKET_EDGES
+from planner.charts import workload as charts
+from planner.workload.stats import LENGTH_FIELDS, percentile_rows
+from planner.workload.tables import DEFAULT_BUCKET_EDGES
 
 NUMBER = {c: st.column_config.NumberColumn(format="%.4g") for c in
           ("mean", "p50", "p90", "p95", "p99", "p999", "max", "aic", "delta_aic", "bic", "ks", "share",

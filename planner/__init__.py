@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 __version__ = "0.1.0"
-JIT_SOURCES = ("cost_model.py", "sim/kernel.py", "sim/engines/vllm_v0.py", "sim/engines/static.py")
+JIT_SOURCES = ("sim/cost_model.py", "sim/kernel.py", "sim/engines/vllm_v0.py", "sim/engines/static.py")
 
 
 def _numba_cache_dir() -> None:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import store
+from planner.traces import store
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner import store
+from planner.traces import store
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

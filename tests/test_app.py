@@ -1,9 +1,8 @@
 """One AppTest per page, the upload path included (Streamlit's own test harness, real DuckDB store)."""
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from helpers import ROOT
+from streamlit.testing.v1 import AppTest
 
 BURST = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
          b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n"
@@ -85,7 +84,8 @@ def test_traces_page_reports_bad_files_without_storing(app):
 
 
 def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
-    from planner import stats, store
+    from planner.traces import store
+    from planner.workload import stats
 
     app.switch_page("pages/traces.py").run()
     csv = b"arrival_time,prompt_tokens,completion_tokens\n0,1,2\n1500,3,4\n"
@@ -144,8 +144,8 @@ def test_workload_latency_view_names_the_driver_bucket(app):
 
 @pytest.mark.parametrize("view, message", [("Arrivals", "no timestamps"), ("Latency", "no TTFT")])
 def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, message):
-    from planner import store
-    from planner.ingest import ingest_file
+    from planner.traces import store
+    from planner.traces.ingest import ingest_file
 
     db = tmp_path / "lo.duckdb"
     con = store.open_store(db)

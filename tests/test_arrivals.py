@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from planner.fitting.arrivals import (counts_per_bin, dispersion_curve, fit_arrivals, peak_summary, poisson_test,
-                                      rate_series)
+from planner.workload.fitting.arrivals import (
+    counts_per_bin,
+    dispersion_curve,
+    fit_arrivals,
+    peak_summary,
+    poisson_test,
+    rate_series,
+)
 
 RATE = 5.0
 N = 50_000

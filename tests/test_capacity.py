@@ -3,14 +3,21 @@
 import numpy as np
 import pytest
 
-from planner.capacity import (PreemptionCosts, expected_useful_fraction, fit_check, preemption_cost,
-                              trace_concurrency, useful_fraction)
-from planner.hardware import GiB, get_gpu
-from planner.memory import plan_memory
-from planner.model_catalog import get_model
-from planner.reservation import (POLICIES, concurrency_ceiling, exceed_share, percentile_settings,
-                                 seed_concurrency, tradeoff_table)
-from planner.vllm_log import fit_overheads, parse_log
+from planner.capacity.concurrency import fit_check, trace_concurrency
+from planner.capacity.memory import plan_memory
+from planner.capacity.padding import expected_useful_fraction, useful_fraction
+from planner.capacity.preemption import PreemptionCosts, preemption_cost
+from planner.capacity.reservation import (
+    POLICIES,
+    concurrency_ceiling,
+    exceed_share,
+    percentile_settings,
+    seed_concurrency,
+    tradeoff_table,
+)
+from planner.capacity.vllm_log import fit_overheads, parse_log
+from planner.catalog.gpus import GiB, get_gpu
+from planner.catalog.presets import get_model
 
 V019_LOG = """\
 (EngineCore pid=243) DEBUG 04-22 01:47:26 [v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB

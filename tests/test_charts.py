@@ -4,9 +4,9 @@ import altair as alt
 import numpy as np
 import pytest
 
-from planner import charts
-from planner.fitting.arrivals import dispersion_curve
-from planner.fitting.lengths import counts_of, fit_lengths
+from planner.charts import workload as charts
+from planner.workload.fitting.arrivals import dispersion_curve
+from planner.workload.fitting.lengths import counts_of, fit_lengths
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,9 @@ def test_rate_table_keeps_the_peak_when_it_thins_a_long_series():
 
 
 def test_capacity_simulation_and_recommendation_charts_export():
-    from planner import capacity_charts, recommend_charts, sim_charts
+    from planner.charts import capacity as capacity_charts
+    from planner.charts import recommend as recommend_charts
+    from planner.charts import sim as sim_charts
 
     points = [{"max_num_seqs": s, "ttft_p99_ms": 100.0 + s, "tpot_p99_ms": 10.0 + s / 10, "throughput_tok_s": 50.0 * s}
               for s in (8, 16, 32)]

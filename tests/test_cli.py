@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from helpers import cli_json, run_cli, write
 
 CONTRACT_INGEST_KEYS = {"trace_id", "name", "rows", "rejected", "failed", "format", "mapping", "has_timestamps",

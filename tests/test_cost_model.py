@@ -5,13 +5,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from helpers import cli_json, run_cli
-from planner.calibration import fit_points, fit_trace, read_points
-from planner.cost_model import CostParams, batch_aggregates, coefficients, predict_step, step_seconds
+
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
 from planner.errors import PlannerError
-from planner.hardware import get_gpu
-from planner.model_catalog import get_model
+from planner.sim.calibration import fit_points, fit_trace, read_points
+from planner.sim.cost_model import CostParams, batch_aggregates, coefficients, predict_step, step_seconds
 from planner.sim.run import engine_settings, simulate
 from planner.sim.workload import synthetic
 
@@ -39,7 +39,7 @@ def test_reference_worked_examples():
 
 
 def test_the_default_knee_matches_measured_gemms_near_the_ridge():
-    from planner.cost_model import _busy
+    from planner.sim.cost_model import _busy
 
     # performance-models.md §2, Vidur A100 Llama-3-8B mlp_up_proj (117.4M params, 235 MB): 0.142 ms at 1 token
     # (memory), 75% MFU at 4,096 tokens; 128 tokens measured at ~1.3x the 1-token time

@@ -4,12 +4,12 @@ import gzip
 import json
 
 import duckdb
+from helpers import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import write
-from planner.layouts import GENERIC_ALIASES, detect_mapping
-from planner.sources import open_source
+from planner.traces.layouts import GENERIC_ALIASES, detect_mapping
+from planner.traces.sources import open_source
 
 records = st.lists(st.fixed_dictionaries({"input_tokens": st.integers(0, 10**6),
                                           "output_tokens": st.integers(0, 10**5),

@@ -1,9 +1,9 @@
 """`python -m planner fit` as CONTRACT.md writes it, on the bundled sample and on the real public traces."""
 
 import pytest
-
 from helpers import SHARED_TRACES, cli_json, needs_shared, run_cli
-from planner.samples import SAMPLE_PATH
+
+from planner.traces.samples import SAMPLE_PATH
 
 CONTRACT_FAMILIES = {"lognormal": {"mu", "sigma"}, "gamma": {"shape", "scale"}, "weibull": {"shape", "scale"},
                      "exponential": {"scale"}, "lomax": {"shape", "scale"}, "logt": {"mu", "sigma", "df"}}

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from planner.fitting import families
-from planner.fitting.families import FAMILIES, Family
-from planner.fitting.lengths import counts_of, detect_cap, exact_quantile, fit_lengths
+from planner.workload.fitting import families
+from planner.workload.fitting.families import FAMILIES, Family
+from planner.workload.fitting.lengths import counts_of, detect_cap, exact_quantile, fit_lengths
 
 N = 200_000
 # (family, true parameters, sampler) — scales of hundreds of tokens, as in real traces; samples are rounded to

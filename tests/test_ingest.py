@@ -2,12 +2,12 @@ import json
 
 import duckdb
 import pytest
-
 from helpers import canonical_rows, write
-from planner import store
+
 from planner.errors import PlannerError
-from planner.ingest import ingest_file
-from planner.sources import Dialect
+from planner.traces import store
+from planner.traces.ingest import ingest_file
+from planner.traces.sources import Dialect
 
 CSV = ("timestamp,prompt_tokens,completion_tokens,ttft_ms\n"
        "2024-01-01 00:00:01.5,100,10,50\n"
@@ -170,7 +170,7 @@ def test_failure_status_is_flagged(con, tmp_path):
 
 
 def test_large_duplicates_found_by_the_background_hash_store_nothing(con, tmp_path, monkeypatch):
-    from planner import content_hash
+    from planner.traces import content_hash
 
     monkeypatch.setattr(content_hash, "BACKGROUND_FROM_BYTES", 0)
     path = make_file(tmp_path, "csv")

@@ -3,12 +3,12 @@
 import json
 
 import pytest
+from helpers import canonical_rows, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import canonical_rows, write
-from planner import store
-from planner.ingest import ingest_file
+from planner.traces import store
+from planner.traces.ingest import ingest_file
 
 
 def test_burstgpt_eight_columns(con, tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
 from planner.errors import PlannerError
-from planner.layouts import detect_mapping, latency_unit, normalize, unit_from_name
+from planner.traces.layouts import detect_mapping, latency_unit, normalize, unit_from_name
 
 
 @pytest.mark.parametrize("columns, layout, expected", [

@@ -6,12 +6,11 @@ import math
 import numpy as np
 import pytest
 
+from planner.capacity.memory import Overheads, kv_bytes_per_token, kv_heads_per_rank, plan_memory, seed_pool_sequences
+from planner.catalog.gpus import GPUS, GiB, get_gpu
+from planner.catalog.models import active_param_count, param_count, weights_bytes
+from planner.catalog.presets import from_hf_config, get_model, preset_names
 from planner.errors import PlannerError
-from planner.hardware import GPUS, GiB, get_gpu
-from planner.memory import (Overheads, kv_bytes_per_token, kv_heads_per_rank, plan_memory,
-                            seed_pool_sequences)
-from planner.model_catalog import from_hf_config, get_model, preset_names
-from planner.models import active_param_count, param_count, weights_bytes
 
 # reference/engines.md §8: KV bytes per token in bf16 over all layers of one replica
 REFERENCE_KV = {"llama-3-8b": 131_072, "llama-3-70b": 327_680, "llama-3.1-405b": 516_096, "mistral-7b": 131_072,
@@ -63,7 +62,7 @@ def test_parameter_count_terms():
 
 
 def _hf(name):
-    from planner.model_catalog import _PRESETS
+    from planner.catalog.presets import _PRESETS
     return _PRESETS[name][1]
 
 

@@ -3,10 +3,10 @@
 import json
 
 import pytest
+from helpers import ROOT, cli_json, run_cli
 from streamlit.testing.v1 import AppTest
 
-from helpers import ROOT, cli_json, run_cli
-from planner.samples import SAMPLE_PATH
+from planner.traces.samples import SAMPLE_PATH
 
 CONTRACT_KEYS = {"param_count", "weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_pool_bytes",
                  "num_blocks", "kv_capacity_tokens", "max_concurrency"}

@@ -5,9 +5,9 @@ from datetime import datetime
 
 import numpy as np
 import pytest
-
 from helpers import SHARED_TRACES, cli_json, needs_shared
-from planner.stats import PERCENTILES
+
+from planner.workload.stats import PERCENTILES
 
 pytestmark = needs_shared
 

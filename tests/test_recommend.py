@@ -4,15 +4,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from helpers import cli_json, run_cli
-from planner.hardware import get_gpu
-from planner.model_catalog import get_model
-from planner.recommend import DEFAULT_CLASSES, SLOClass, Search, attainment, meets, parse_slo, recommend
-from planner.recommend_plan import RecommendOptions, plan_recommendation
-from planner.samples import SAMPLE_PATH
+
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.recommend.plan import RecommendOptions, plan_recommendation
+from planner.recommend.search import DEFAULT_CLASSES, Search, SLOClass, attainment, meets, parse_slo, recommend
 from planner.sim.run import engine_settings, simulate
 from planner.sim.workload import synthetic
+from planner.traces.samples import SAMPLE_PATH
 
 MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
 
@@ -99,7 +99,7 @@ def test_recommend_cli_contract(tmp_path):
 
 
 def test_details_explain_and_sweep(seed_search, seed_rows):
-    from planner.diagnosis import class_details
+    from planner.recommend.diagnosis import class_details
 
     row, slo = seed_rows[1], DEFAULT_CLASSES[1]                   # the TPOT class
     details = class_details(seed_search, row, slo, list(DEFAULT_CLASSES))
@@ -118,9 +118,8 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
 
 
 def test_recommend_page(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     from helpers import ROOT
+    from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
@@ -216,7 +215,7 @@ def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):
 
 
 def test_the_search_refines_halfway_to_the_winners_neighbours(seed_rows):
-    from planner.recommend import BUDGET_GRID, NEAR_BEST, SEQS_GRID, _midpoints
+    from planner.recommend.search import BUDGET_GRID, NEAR_BEST, SEQS_GRID, _midpoints
 
     assert _midpoints(128, SEQS_GRID, 8) == [88, 184] and _midpoints(8, SEQS_GRID, 8) == []
     assert _midpoints(1024, BUDGET_GRID, 256) == [768, 1536] and _midpoints(512, BUDGET_GRID, 256) == [768]

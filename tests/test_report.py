@@ -8,17 +8,17 @@ import re
 
 import numpy as np
 import pytest
-
 from helpers import ROOT, cli_json, run_cli
-from planner import store
-from planner.hardware import get_gpu
-from planner.ingest import ingest_file
-from planner.model_catalog import get_model
-from planner.recommend_plan import RecommendOptions
-from planner.report import build_report
-from planner.report_render import SECTIONS, chart_svgs, to_html, to_markdown
-from planner.report_store import load_report, publish_report
-from planner.samples import SAMPLE_PATH
+
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.recommend.plan import RecommendOptions
+from planner.report.build import build_report
+from planner.report.render import SECTIONS, chart_svgs, to_html, to_markdown
+from planner.report.store import load_report, publish_report
+from planner.traces import store
+from planner.traces.ingest import ingest_file
+from planner.traces.samples import SAMPLE_PATH
 
 MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
 PAYLOAD = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -208,7 +208,7 @@ def test_degenerate_traces_still_report_and_markdown_names_stay_text(con, tmp_pa
 
 def test_repeated_class_names_are_refused():
     from planner.errors import PlannerError
-    from planner.recommend_plan import slo_classes
+    from planner.recommend.plan import slo_classes
 
     with pytest.raises(PlannerError, match="names repeat"):
         slo_classes(("chat:ttft_p99<300", "chat:tpot_p99<50"))

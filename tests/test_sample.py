@@ -3,11 +3,11 @@
 import importlib.util
 
 import numpy as np
-
 from helpers import ROOT
-from planner.ingest import ingest_file
-from planner.samples import SAMPLE_PATH, ensure_sample
-from planner.stats import trace_stats
+
+from planner.traces.ingest import ingest_file
+from planner.traces.samples import SAMPLE_PATH, ensure_sample
+from planner.workload.stats import trace_stats
 
 
 def load_generator():

@@ -12,13 +12,13 @@ import tomllib
 
 import numpy as np
 import pytest
-
 from helpers import ROOT
-from planner import store
+
 from planner.errors import PlannerError
-from planner.ingest import ingest_file
-from planner.samples import SAMPLE_PATH
-from planner.stats import trace_stats
+from planner.traces import store
+from planner.traces.ingest import ingest_file
+from planner.traces.samples import SAMPLE_PATH
+from planner.workload.stats import trace_stats
 
 NASTY_NAME = "x'); DROP TABLE traces; --\"; SELECT 1; --"
 NASTY_COLUMN = 'in"put\'; DROP TABLE traces; --'

@@ -1,9 +1,9 @@
 """`python -m planner simulate` as CONTRACT.md writes it: synthetic specs, trace replay, flags, errors."""
 
 import pytest
-
 from helpers import cli_json, run_cli
-from planner.samples import SAMPLE_PATH
+
+from planner.traces.samples import SAMPLE_PATH
 
 BASE = ["--model", "llama-3-8b", "--gpu", "a100-80gb-sxm"]
 SPEC = "requests=300,input=512,output=uniform:64:1024,qps=8,arrival=gamma:2"
@@ -67,9 +67,8 @@ def test_simulate_errors(tmp_path, args, message):
 
 
 def test_simulate_page_matches_the_cli(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     from helpers import ROOT
+    from streamlit.testing.v1 import AppTest
 
     monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=90)

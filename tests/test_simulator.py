@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.cost_model import coefficients
-from planner.hardware import get_gpu
-from planner.model_catalog import get_model
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.sim.cost_model import coefficients
 from planner.sim.engines import ENGINES, EngineSettings
 from planner.sim.reference import run_reference
 from planner.sim.run import engine_settings, simulate, summarize

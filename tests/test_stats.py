@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
+from helpers import write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import write
-from planner.ingest import ingest_file
-from planner.stats import PERCENTILES, trace_stats
+from planner.traces.ingest import ingest_file
+from planner.workload.stats import PERCENTILES, trace_stats
 
 
 def numpy_block(values) -> dict:

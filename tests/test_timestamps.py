@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import PlannerError
-from planner.timestamps import describe_resolution, infer_time_kind
+from planner.traces.timestamps import describe_resolution, infer_time_kind
 
 
 def test_datetime_with_seven_fractional_digits():

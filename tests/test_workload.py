@@ -3,15 +3,23 @@
 import numpy as np
 import polars as pl
 import pytest
+from helpers import cli_json, run_cli
 from scipy import stats as sstats
 
-from helpers import cli_json, run_cli
-from planner import store
-from planner.fitting.arrivals import dispersion_curve
-from planner.samples import SAMPLE_PATH, ensure_sample
-from planner.stats import PERCENTILES, arrival_stats
-from planner.workload import (arrival_times, bucket_labels, default_window_s, grouped_percentiles, joint_histogram,
-                              latency_buckets, length_counts, spearman, workload_report)
+from planner.traces import store
+from planner.traces.queries import arrival_times, length_counts
+from planner.traces.samples import SAMPLE_PATH, ensure_sample
+from planner.workload.fitting.arrivals import dispersion_curve
+from planner.workload.stats import PERCENTILES, arrival_stats
+from planner.workload.tables import (
+    bucket_labels,
+    default_window_s,
+    grouped_percentiles,
+    joint_histogram,
+    latency_buckets,
+    spearman,
+    workload_report,
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +116,7 @@ def test_latency_buckets_equal_numpy_and_name_the_driver(sample):
 
 def test_latency_buckets_are_none_without_latencies(tmp_path):
     con = store.open_store(tmp_path / "n.duckdb")
-    from planner.ingest import ingest_file
+    from planner.traces.ingest import ingest_file
     path = tmp_path / "t.csv"
     path.write_text("input_tokens,output_tokens\n10,5\n20,6\n")
     tid = ingest_file(con, path).trace_id

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from planner.cost_model import step_seconds
+from planner.sim.cost_model import step_seconds
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
 TGI_CHUNK = 1024

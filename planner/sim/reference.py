@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost_model import step_seconds
+from planner.sim.cost_model import step_seconds
 from planner.sim.engines.base import EngineSettings, RawRun
 
 

@@ -9,11 +9,11 @@ from typing import Callable
 
 import numpy as np
 
-from planner.cost_model import CostParams, coefficients
+from planner.capacity.memory import default_batched_tokens, default_max_num_seqs, plan_memory
+from planner.catalog.gpus import GPU
+from planner.catalog.models import ModelSpec
 from planner.errors import PlannerError
-from planner.hardware import GPU
-from planner.memory import default_batched_tokens, default_max_num_seqs, plan_memory
-from planner.models import ModelSpec
+from planner.sim.cost_model import CostParams, coefficients
 from planner.sim.engines import EngineSettings, get_engine
 from planner.sim.workload import SimWorkload
 

@@ -1,14 +1,12 @@
-"""What a simulation replays: arrival times and lengths, from a stored trace (time-scaled or at a target rate),
-from the contract's synthetic spec, or drawn from fitted distributions."""
+"""What a simulation replays: arrival times and lengths, from the contract's synthetic spec or drawn from fitted
+distributions (a stored trace's own requests come through :mod:`planner.workload.replay`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import duckdb
 import numpy as np
 
-from planner import store
 from planner.errors import PlannerError
 
 
@@ -32,7 +30,7 @@ class SimWorkload:
         return replace(self, output_tokens=np.minimum(self.output_tokens, int(max_new_tokens)))
 
 
-def _sorted(arrival, inputs, outputs, source: str) -> SimWorkload:
+def sorted_workload(arrival, inputs, outputs, source: str) -> SimWorkload:
     order = np.argsort(arrival, kind="stable")
     inputs = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     outputs = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
@@ -94,54 +92,8 @@ def synthetic(spec: str) -> SimWorkload:
         raise PlannerError(f"arrival={arrival!r}: expected poisson or gamma:CV")
     rng = np.random.default_rng(seed)
     times = poisson_or_gamma(n, qps, rng, cv)
-    return _sorted(times, _lengths(fields["input"], n, rng, "input"), _lengths(fields["output"], n, rng, "output"),
+    return sorted_workload(times, _lengths(fields["input"], n, rng, "input"), _lengths(fields["output"], n, rng, "output"),
                    f"synthetic {spec}")
-
-
-def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: float | None = None,
-               qps: float | None = None, seed: int = 0) -> SimWorkload:
-    """A stored trace's non-failed requests: its own arrivals, sped up ``rate_scale`` times or rescaled to ``qps``
-    (a trace without timestamps needs ``qps``: Poisson arrivals at that rate)."""
-    info = store.get_trace(con, trace_ref)
-    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens FROM {store.requests_view(info.trace_id)} "
-                             f"WHERE NOT failed AND output_tokens > 0 ORDER BY arrival NULLS LAST, \"row\"").pl()
-    if frame.height == 0:
-        raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
-    inputs, outputs = frame["input_tokens"].to_numpy(), frame["output_tokens"].to_numpy()
-    if rate_scale is not None and rate_scale <= 0:
-        raise PlannerError(f"--rate-scale {rate_scale}: expected a positive factor")
-    if info.has_timestamps and frame["arrival"].null_count() == 0:
-        arrival = frame["arrival"].to_numpy().astype(float)
-        span = float(arrival.max() - arrival.min())
-        if qps is not None:
-            if span <= 0:
-                raise PlannerError("--qps on a trace whose requests all arrive at once: use --rate-scale")
-            arrival = arrival * ((arrival.size - 1) / span) / qps
-        elif rate_scale is not None:
-            arrival = arrival / rate_scale
-    elif qps is not None:
-        arrival = poisson_or_gamma(frame.height, qps, np.random.default_rng(seed))
-    else:
-        raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
-    label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
-    return _sorted(arrival, inputs, outputs, label)
-
-
-def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
-    """A trace's replay workload (its own arrivals) with each request's measured TTFT and TPOT in seconds (NaN
-    where absent), in the workload's order."""
-    info = store.get_trace(con, trace_ref)
-    if not info.has_timestamps:
-        raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
-    frame = con.cursor().sql(
-        f"SELECT arrival, input_tokens, output_tokens, ttft_ms, tpot_ms FROM {store.requests_view(info.trace_id)} "
-        f"WHERE NOT failed AND output_tokens > 0 AND arrival IS NOT NULL ORDER BY arrival, \"row\"").pl()
-    if frame["ttft_ms"].null_count() == frame.height and frame["tpot_ms"].null_count() == frame.height:
-        raise PlannerError(f"trace {info.name!r} has no TTFT or TPOT column: expected measured latencies")
-    workload = _sorted(frame["arrival"].to_numpy(), frame["input_tokens"].to_numpy(),
-                       frame["output_tokens"].to_numpy(), f"trace {info.name}")
-    as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
-    return workload, as_s[0], as_s[1]
 
 
 def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: int = 0) -> SimWorkload:
@@ -158,5 +110,5 @@ def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: 
             values = np.minimum(values, fit.censored_at)
         return np.maximum(values, 1).astype(np.int64)
     inputs, outputs = draw(input_fit), draw(output_fit)
-    return _sorted(poisson_or_gamma(n, qps, rng, cv), inputs, outputs,
+    return sorted_workload(poisson_or_gamma(n, qps, rng, cv), inputs, outputs,
                    f"fitted lengths ({input_fit.best} / {output_fit.best}) at {qps:g} req/s")

@@ -6,16 +6,16 @@ import re
 
 import numpy as np
 import pytest
+from helpers import SHARED_TRACES, needs_shared
 from playwright.sync_api import expect
 
-from helpers import SHARED_TRACES, needs_shared
-from planner import store
-from planner.hardware import get_gpu
-from planner.ingest import ingest_file
-from planner.model_catalog import get_model
-from planner.recommend_plan import RecommendOptions
-from planner.report import build_report
-from planner.report_render import SECTIONS, chart_svgs, to_html
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.recommend.plan import RecommendOptions
+from planner.report.build import build_report
+from planner.report.render import SECTIONS, chart_svgs, to_html
+from planner.traces import store
+from planner.traces.ingest import ingest_file
 
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 AZURE = SHARED_TRACES / "AzureLLMInferenceTrace_conv.csv"

@@ -3,7 +3,7 @@
 import numba
 import numpy as np
 
-from planner.cost_model import step_seconds
+from planner.sim.cost_model import step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun
 from planner.sim.kernel import enqueue_arrivals, log_step
 

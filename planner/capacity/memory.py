@@ -1,0 +1,225 @@
+"""KV-cache memory the way vLLM V1 computes it: bytes per token, the memory budget term by term, blocks,
+KV capacity and "Maximum concurrency for max_model_len tokens per request".
+
+Every overhead is an editable default (``Overheads``); :mod:`planner.capacity.vllm_log` fits them from a pasted vLLM
+startup log. The seed article's simplified arithmetic is kept beside it, labelled, as :func:`seed_pool_sequences`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from planner.catalog.gpus import GPU, GiB
+from planner.catalog.models import ModelSpec, param_count, weights_bytes
+from planner.errors import PlannerError
+
+KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DEFAULT_BLOCK_SIZE = 16
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int = 2) -> int:
+    """Bytes per KV element: ``auto`` is the model's dtype (bf16: 2), fp8 variants 1."""
+    if kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise PlannerError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}: expected one of {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[kv_cache_dtype] or model_dtype_bytes
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one tensor-parallel rank stores: split across ranks, replicated once TP exceeds their number.
+
+    MLA stores one latent, whole, on every rank.
+    """
+    if model.mla:
+        return 1
+    return max(1, model.kv_heads // tp)
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, dtype_bytes: int, tp: int = 1) -> int:
+    """One token, one layer, one rank: ``2 · kv_heads · head_dim · bytes``; MLA ``(kv_lora_rank + rope) · bytes``."""
+    if model.mla:
+        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * dtype_bytes
+    return 2 * kv_heads_per_rank(model, tp) * model.head_dim * dtype_bytes
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
+    """KV bytes of one token over all layers on one rank (``tp=1``: the whole replica).
+
+    A sliding-window layer counts like a full-attention one, as it does for contexts shorter than its window.
+    """
+    return model.layers * kv_bytes_per_token_per_layer(model, kv_dtype_bytes(kv_cache_dtype), tp)
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What vLLM subtracts from ``gpu_memory_utilization × total`` besides the weights (bytes; None: estimate).
+
+    Attributes
+    ----------
+    activation_bytes : int or None
+        Torch activation peak of the profiling run; grows with ``max_num_batched_tokens``.
+    non_torch_bytes : int or None
+        CUDA context growth, NCCL and custom all-reduce buffers (more under tensor parallelism).
+    cudagraph_bytes : int or None
+        Memory CUDA graph capture takes (None: estimated from layers and ``max_num_seqs``).
+    cudagraph_counted : bool
+        vLLM ≥ 0.21 (the default here) estimates graphs before sizing the KV cache and subtracts them; earlier
+        versions captured them afterwards, outside the budget (users lowered ``gpu_memory_utilization``).
+    weights_bytes : int or None
+        Weights per GPU as loaded ("Model loading took"); None: computed from the architecture.
+    """
+
+    activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    cudagraph_counted: bool = True
+    weights_bytes: int | None = None
+    source: str = field(default="defaults", compare=False)
+
+
+def activation_peak_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+    """Estimated torch activation peak of vLLM's profiling run.
+
+    vLLM V1 (0.17+) profiles a forward over ``max_num_batched_tokens`` tokens and a dummy sampler over
+    ``max_num_seqs`` rows of fp32 logits; the sampler dominates: published v0.19 logs on H100 (8,192 tokens,
+    1,024 sequences) give 0.77-3.63 GiB, ≈ 3.5 fp32 copies of the logits plus ≈ 0.15 GiB and 4 B per token per
+    hidden unit (BENCHMARKS.md, "Memory").
+    """
+    sampler = _SAMPLER_COPIES * max_num_seqs * model.vocab * 4 / tp
+    forward = max_num_batched_tokens * model.hidden * 4
+    return int(sampler + forward + _ACTIVATION_FLOOR)
+
+
+_SAMPLER_COPIES = 3.5
+_ACTIVATION_FLOOR = int(0.15 * GiB)
+
+
+def cudagraph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
+    """Estimated CUDA-graph memory: v0.19 logs estimate 0.55-0.84 GiB for 28-32-layer models at 1,024 sequences
+    and 1.82 GiB per GPU for an 80-layer one; fewer captured batch sizes below 512 sequences take less."""
+    return int((0.1 + 0.023 * model.layers) * (0.5 + 0.5 * min(max_num_seqs, 512) / 512) * GiB)
+
+
+def non_torch_bytes(tp: int) -> int:
+    """Default non-torch growth: ≈ 0.25 GiB alone, ≈ 2.1 GiB with NCCL and custom all-reduce buffers under TP."""
+    return int((2.1 if tp > 1 else 0.25) * GiB)
+
+
+def default_batched_tokens(gpu: GPU) -> int:
+    """``vllm serve``'s ``max_num_batched_tokens``: 2048 on A100 and GPUs under 70 GiB, 8192 on larger ones."""
+    return 8192 if gpu.vllm_large_defaults else 2048
+
+
+def default_max_num_seqs(gpu: GPU) -> int:
+    """``vllm serve``'s ``max_num_seqs``: 256, or 1024 on H100/H200/MI300X."""
+    return 1024 if gpu.vllm_large_defaults else 256
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The budget of one GPU of a tensor-parallel group, term by term (bytes), and what it holds."""
+
+    param_count: int
+    weights_bytes: int                 # one replica
+    weights_bytes_per_gpu: int
+    total_bytes: int
+    requested_bytes: int               # ceil(util × total)
+    activation_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    cudagraph_counted: bool
+    kv_pool_bytes: int                 # what vLLM logs as "Available KV cache memory"
+    kv_bytes_per_token: int            # one replica, all layers
+    kv_bytes_per_token_per_gpu: int
+    block_size: int
+    num_blocks: int
+    kv_capacity_tokens: int            # per GPU, as vLLM logs "GPU KV cache size"
+    max_model_len: int
+    blocks_per_max_len_request: int
+    max_concurrency: float             # vLLM's "Maximum concurrency for max_model_len tokens per request"
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    overheads_source: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> float:
+    """KV blocks (per layer slot) a request of ``max_model_len`` tokens needs, as vLLM's concurrency line counts."""
+    full = math.ceil(max_model_len / block_size)
+    if not model.sliding_window or not model.sliding_layers:
+        return full
+    window = math.ceil(min(model.sliding_window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
+    if model.sliding_layers >= model.layers:
+        return min(window, full)
+    return full + min(window, full)         # hybrid: one full-attention and one sliding group, equal sizes
+
+
+def plan_memory(model: ModelSpec, gpu: GPU, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
+                kv_cache_dtype: str = "auto", max_model_len: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
+                max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+                num_gpu_blocks: int | None = None, weight_dtype: str = "bf16",
+                overheads: Overheads | None = None) -> MemoryPlan:
+    """vLLM V1's KV budget for one GPU of a ``tp``-way group.
+
+    ``requested = ceil(util × total)``; ``kv_pool = requested − weights/TP − activation − non_torch
+    [− cudagraph]``; ``num_blocks = kv_pool // (block_size × KV bytes per token per layer per rank × layers)``
+    (``num_gpu_blocks`` overrides it, as ``--num-gpu-blocks-override`` does); ``max_concurrency =
+    num_blocks / blocks a max_model_len request needs``.
+
+    Raises
+    ------
+    PlannerError
+        For impossible settings (utilization outside (0, 1], TP < 1, block size < 1).
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise PlannerError(f"--gpu-mem-util {gpu_memory_utilization}: expected a fraction in (0, 1]")
+    if tp < 1 or block_size < 1:
+        raise PlannerError(f"--tp {tp} and --block-size {block_size}: expected positive integers")
+    overheads = overheads or Overheads()
+    max_model_len = int(max_model_len or model.max_position)
+    batched = int(max_num_batched_tokens or default_batched_tokens(gpu))
+    seqs = int(max_num_seqs or default_max_num_seqs(gpu))
+    weights = weights_bytes(model, weight_dtype)
+    weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / tp)
+    activation = (overheads.activation_bytes if overheads.activation_bytes is not None
+                  else activation_peak_bytes(model, tp, batched, seqs))
+    non_torch = overheads.non_torch_bytes if overheads.non_torch_bytes is not None else non_torch_bytes(tp)
+    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
+    graphs = overheads.cudagraph_bytes if overheads.cudagraph_bytes is not None else cudagraph_bytes(model, seqs)
+    cudagraph = graphs if overheads.cudagraph_counted else 0
+    pool = requested - weights_per_gpu - activation - non_torch - cudagraph
+    per_token_gpu = kv_bytes_per_token(model, kv_cache_dtype, tp)
+    if num_gpu_blocks is not None:
+        blocks = int(num_gpu_blocks)
+    else:
+        blocks = max(0, pool) // (block_size * per_token_gpu) if per_token_gpu else 0
+    per_request = _blocks_per_request(model, max_model_len, block_size, batched)
+    return MemoryPlan(
+        param_count=param_count(model), weights_bytes=weights, weights_bytes_per_gpu=int(weights_per_gpu),
+        total_bytes=gpu.memory_bytes, requested_bytes=requested, activation_bytes=int(activation),
+        non_torch_bytes=int(non_torch), cudagraph_bytes=int(graphs),
+        cudagraph_counted=overheads.cudagraph_counted, kv_pool_bytes=int(pool),
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
+        block_size=block_size, num_blocks=int(blocks), kv_capacity_tokens=int(blocks * block_size),
+        max_model_len=max_model_len, blocks_per_max_len_request=int(per_request),
+        max_concurrency=blocks / per_request if per_request else 0.0, max_num_batched_tokens=batched,
+        max_num_seqs=seqs, overheads_source=overheads.source)
+
+
+def seed_pool_sequences(total_gb: float, utilization: float, weights_gb: float, kv_bytes_per_token_: int,
+                        context_tokens: int, binary: bool = True) -> float:
+    """The seed article's simplified arithmetic (seed 003), labelled as such: ``(total × util − weights) /
+    (KV per token × context)``, with no activation, non-torch or CUDA-graph memory.
+
+    The article writes "GB" for the pool and "KB" (1,024 B) for the KV per token; ``binary`` reads its GB as GiB,
+    otherwise as 10⁹ B. Its quoted ≈109 / ≈54 / ≈116 sequences lie between the two readings.
+    """
+    unit = GiB if binary else 10**9
+    return (total_gb * utilization - weights_gb) * unit / (kv_bytes_per_token_ * context_tokens)
+
+
+def with_overheads(overheads: Overheads, **changes) -> Overheads:
+    """A copy with some overheads replaced (None values ignored)."""
+    return replace(overheads, **{k: v for k, v in changes.items() if v is not None})

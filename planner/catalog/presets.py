@@ -1,0 +1,206 @@
+"""Model presets and the reader of Hugging Face ``config.json`` files.
+
+Presets are stored as the config fields their published ``config.json`` has and go through the same reader an
+uploaded file does, so the reader is exercised by every preset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from planner.catalog.models import FAMILIES, MLA, ModelSpec, MoE
+from planner.errors import PlannerError
+
+_COMMON = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+_REQUIRED = {
+    "llama": _COMMON + ("intermediate_size",), "mistral": _COMMON + ("intermediate_size",),
+    "mixtral": _COMMON + ("intermediate_size", "num_local_experts", "num_experts_per_tok"),
+    "qwen2": _COMMON + ("intermediate_size",), "qwen3": _COMMON + ("intermediate_size",),
+    "gemma": _COMMON + ("intermediate_size",), "gemma2": _COMMON + ("intermediate_size",),
+    "falcon": ("hidden_size", "vocab_size"),
+    "opt": _COMMON + ("ffn_dim",), "gpt_neox": _COMMON + ("intermediate_size",),
+    "deepseek_v3": _COMMON + ("intermediate_size", "moe_intermediate_size", "n_routed_experts", "kv_lora_rank",
+                              "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_experts_per_tok"),
+}
+_ALIASES = {"falcon": {"num_hidden_layers": ("n_layer",), "num_attention_heads": ("n_head",)}}
+
+
+def _get(cfg: dict, key: str, *aliases: str, default=None):
+    for k in (key, *aliases):
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def from_hf_config(cfg: dict, name: str | None = None, published_params: int | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` dict.
+
+    Raises
+    ------
+    PlannerError
+        For an unsupported ``model_type`` or missing fields, naming them.
+    """
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type in ("refinedweb", "refinedwebmodel"):
+        model_type = "falcon"
+    if model_type not in FAMILIES:
+        raise PlannerError(f"config.json model_type {cfg.get('model_type')!r} is not supported: expected one of "
+                           f"{', '.join(FAMILIES)}")
+    aliases = _ALIASES.get(model_type, {})
+    missing = [k for k in _REQUIRED[model_type] if _get(cfg, k, *aliases.get(k, ())) is None]
+    if model_type == "falcon":
+        missing += [k for k in ("num_hidden_layers", "num_attention_heads")
+                    if _get(cfg, k, *aliases.get(k, ())) is None]
+    if missing:
+        raise PlannerError(f"config.json ({model_type}) lacks {', '.join(missing)}: these fields are needed to size "
+                           "the weights and the KV cache")
+    hidden = int(cfg["hidden_size"])
+    layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
+    heads = int(_get(cfg, "num_attention_heads", "n_head"))
+    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
+    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
+    base = dict(name=name or cfg.get("_name_or_path") or model_type, hf_id=str(cfg.get("_name_or_path", "")),
+                family=model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                intermediate=int(_get(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size", default=4 * hidden)),
+                vocab=int(cfg["vocab_size"]),
+                max_position=int(_get(cfg, "max_position_embeddings", "n_positions", default=2048)),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings",
+                                             model_type in ("gemma", "gemma2", "falcon", "opt"))),
+                published_params=published_params,
+                weight_dtype="fp8" if (cfg.get("quantization_config") or {}).get("quant_method") == "fp8" else "bf16")
+    if model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
+        base.update(qkv_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
+                    out_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
+                    qk_norm=model_type == "qwen3")
+        window = cfg.get("sliding_window")
+        if window and (model_type == "mistral" or cfg.get("use_sliding_window")):
+            base.update(sliding_window=int(window), sliding_layers=layers)
+        if model_type == "mixtral":
+            base["moe"] = MoE(int(cfg["num_local_experts"]), int(cfg["num_experts_per_tok"]),
+                              int(cfg["intermediate_size"]))
+    elif model_type == "gemma2":
+        base.update(norms_per_layer=4, sliding_window=int(cfg.get("sliding_window", 4096)),
+                    sliding_layers=layers // 2)   # alternate layers: local (window) and global
+    elif model_type == "falcon":
+        new_arch = bool(cfg.get("new_decoder_architecture", False))
+        if not new_arch and not cfg.get("multi_query", True):
+            kv_heads = heads
+        elif not new_arch:
+            kv_heads = 1
+        bias = bool(cfg.get("bias", False))
+        base.update(kv_heads=kv_heads, gated_mlp=False, norm="layer", qkv_bias=bias, out_bias=bias, mlp_bias=bias,
+                    norms_per_layer=2 if new_arch else 1, intermediate=int(cfg.get("ffn_hidden_size", 4 * hidden)))
+    elif model_type == "opt":
+        base.update(gated_mlp=False, norm="layer", qkv_bias=bool(cfg.get("enable_bias", True)),
+                    out_bias=bool(cfg.get("enable_bias", True)), mlp_bias=bool(cfg.get("enable_bias", True)),
+                    learned_positions=base["max_position"] + 2, intermediate=int(cfg["ffn_dim"]))
+        if int(cfg.get("word_embed_proj_dim", hidden)) != hidden:
+            raise PlannerError("config.json (opt) has word_embed_proj_dim != hidden_size (OPT-350m's projections): "
+                               "not supported")
+    elif model_type == "gpt_neox":
+        base.update(gated_mlp=False, norm="layer", qkv_bias=True, out_bias=True, mlp_bias=True)
+    elif model_type == "deepseek_v3":
+        base.update(mla=MLA(cfg.get("q_lora_rank"), int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"]),
+                            int(cfg["qk_nope_head_dim"]), int(cfg["v_head_dim"])),
+                    moe=MoE(int(cfg["n_routed_experts"]), int(cfg["num_experts_per_tok"]),
+                            int(cfg["moe_intermediate_size"]), int(cfg.get("n_shared_experts", 0) or 0),
+                            int(cfg.get("first_k_dense_replace", 0)), router_bias=True),
+                    kv_heads=heads, head_dim=int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"]),
+                    mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)))
+    return ModelSpec(**base)
+
+
+def load_config(path: str | Path) -> ModelSpec:
+    """A model from a ``config.json`` file on disk."""
+    try:
+        cfg = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise PlannerError(f"{path}: no such file; expected a model preset name or a path to a config.json") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"{path}: not a JSON config.json ({exc})") from exc
+    if not isinstance(cfg, dict):
+        raise PlannerError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return from_hf_config(cfg, name=Path(path).parent.name or Path(path).stem)
+
+
+def _llama(hidden, layers, heads, kv, inter, vocab, ctx, **extra):
+    return {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+            "num_key_value_heads": kv, "intermediate_size": inter, "vocab_size": vocab,
+            "max_position_embeddings": ctx, "tie_word_embeddings": False, **extra}
+
+
+# name: (hf id, config fields, published parameter count, help). OPT's counts are the paper's rounded 13B / 66B /
+# 175B (no exact total is published); the others are the Hugging Face safetensors totals.
+_PRESETS = {
+    "llama-3-8b": ("meta-llama/Meta-Llama-3-8B", _llama(4096, 32, 32, 8, 14336, 128256, 8192), 8_030_261_248,
+                   "Llama 3 8B: GQA 8 KV heads, 128 KiB/token in bf16"),
+    "llama-3-70b": ("meta-llama/Meta-Llama-3-70B", _llama(8192, 80, 64, 8, 28672, 128256, 8192), 70_553_706_496,
+                    "Llama 3 70B: 320 KiB/token; needs TP ≥ 2 on 80 GB GPUs"),
+    "llama-3.1-405b": ("meta-llama/Llama-3.1-405B", _llama(16384, 126, 128, 8, 53248, 128256, 131072),
+                       405_853_388_800, "Llama 3.1 405B: fp8 or multi-node"),
+    "mistral-7b": ("mistralai/Mistral-7B-v0.1",
+                   {**_llama(4096, 32, 32, 8, 14336, 32000, 32768), "model_type": "mistral", "sliding_window": 4096},
+                   7_241_732_096, "Mistral 7B v0.1: sliding window 4096 on every layer"),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-v0.1",
+                     {**_llama(4096, 32, 32, 8, 14336, 32000, 32768), "model_type": "mixtral",
+                      "num_local_experts": 8, "num_experts_per_tok": 2}, 46_702_792_704,
+                     "Mixtral 8x7B: 8 experts, top-2; 12.9B active"),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B", {**_llama(3584, 28, 28, 4, 18944, 152064, 131072), "model_type": "qwen2"},
+                   7_615_616_512, "Qwen2.5 7B: 4 KV heads (56 KiB/token), q/k/v biases"),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B", {**_llama(8192, 80, 64, 8, 29568, 152064, 131072), "model_type": "qwen2"},
+                    72_706_203_648, "Qwen2.5 72B: q/k/v biases"),
+    "yi-34b": ("01-ai/Yi-34B", _llama(7168, 60, 56, 8, 20480, 64000, 4096), 34_388_917_248,
+               "Yi 34B: Llama architecture, 240 KiB/token"),
+    "falcon-180b": ("tiiuae/falcon-180B",
+                    {"model_type": "falcon", "hidden_size": 14848, "num_hidden_layers": 80, "num_attention_heads": 232,
+                     "num_kv_heads": 8, "vocab_size": 65024, "new_decoder_architecture": True, "bias": False,
+                     "parallel_attn": True, "max_position_embeddings": 2048, "tie_word_embeddings": False},
+                    179_522_565_120,
+                    "Falcon 180B: parallel attention, 8 KV groups of head_dim 64, LayerNorm; output head stored apart"),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3",
+                    {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+                     "num_attention_heads": 128, "num_key_value_heads": 128, "intermediate_size": 18432,
+                     "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+                     "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
+                     "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+                     "vocab_size": 129280, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
+                     "tie_word_embeddings": False, "quantization_config": {"quant_method": "fp8"}}, 671_026_419_200,
+                    "DeepSeek-V3: MLA (576-wide latent per token per layer, held whole by every TP rank), "
+                    "256 routed + 1 shared experts, 37B active"),
+    "gemma-2-9b": ("google/gemma-2-9b",
+                   {"model_type": "gemma2", "hidden_size": 3584, "num_hidden_layers": 42, "num_attention_heads": 16,
+                    "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+                    "max_position_embeddings": 8192, "sliding_window": 4096, "tie_word_embeddings": True},
+                   9_241_705_984, "Gemma 2 9B: alternate layers use a 4096-token window; head_dim 256"),
+    "opt-13b": ("facebook/opt-13b",
+                {"model_type": "opt", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+                 "ffn_dim": 20480, "vocab_size": 50272, "max_position_embeddings": 2048}, 13_000_000_000,
+                "OPT 13B: multi-head attention (800 KiB/token), LayerNorm, learned positions"),
+    "opt-66b": ("facebook/opt-66b",
+                {"model_type": "opt", "hidden_size": 9216, "num_hidden_layers": 64, "num_attention_heads": 72,
+                 "ffn_dim": 36864, "vocab_size": 50272, "max_position_embeddings": 2048}, 66_000_000_000,
+                "OPT 66B: multi-head attention"),
+    "opt-175b": ("facebook/opt-175b (metaseq; no public HF weights)",
+                 {"model_type": "opt", "hidden_size": 12288, "num_hidden_layers": 96, "num_attention_heads": 96,
+                  "ffn_dim": 49152, "vocab_size": 50272, "max_position_embeddings": 2048}, 175_000_000_000,
+                 "OPT 175B: GPT-3-sized, multi-head attention (4.5 MiB/token)"),
+}
+
+
+def preset_names() -> list[str]:
+    return list(_PRESETS)
+
+
+def get_model(ref: str) -> ModelSpec:
+    """A preset by name, or a model read from a path to a ``config.json``."""
+    key = ref.strip().lower()
+    if key in _PRESETS:
+        hf_id, cfg, published, help_text = _PRESETS[key]
+        spec = from_hf_config(cfg, name=key, published_params=published)
+        return replace(spec, hf_id=hf_id, help=help_text)
+    if ref.endswith(".json") or Path(ref).is_file():
+        return load_config(ref)
+    raise PlannerError(f"unknown model {ref!r}: expected a preset ({', '.join(_PRESETS)}) or a path to a "
+                       "Hugging Face config.json")

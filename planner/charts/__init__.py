@@ -1,0 +1,1 @@
+"""Pure Altair chart builders, shared by the pages and the reports."""

@@ -1,0 +1,1 @@
+"""The command line: ``python -m planner COMMAND … --json`` (../shared/CONTRACT.md). Nothing imports from it."""

@@ -1,0 +1,243 @@
+"""Command-line interface: ``python -m planner COMMAND … --json`` (see ../shared/CONTRACT.md).
+
+With ``--json`` a command prints exactly one JSON object on stdout; progress goes to stderr. Failures print one
+``error: …`` line on stderr and exit non-zero, never a traceback (set PLANNER_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import replace
+
+from planner.cli.output import clean as _clean
+from planner.cli.output import emit as _emit
+from planner.cli.output import progress_printer as _progress_printer
+from planner.cli.report import add_report_command
+from planner.cli.sim import add_simulation_commands
+from planner.errors import PlannerError
+from planner.traces import store
+from planner.traces.sources import FORMATS, Dialect
+
+
+def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PlannerError(f"{flag} {item!r}: expected FIELD=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_ingest(args) -> None:
+    from planner.traces.ingest import ingest_file
+
+    dialect = None
+    if args.delimiter is not None or args.quote is not None or args.no_header:
+        delim = args.delimiter.encode().decode("unicode_escape") if args.delimiter else ","
+        quote = args.quote if args.quote is not None else '"'
+        dialect = Dialect(delimiter=delim, quote=quote, escape=quote, header=not args.no_header)
+    con = store.open_store(args.db)
+    result = ingest_file(con, args.path, name=args.name, fmt=args.format, overrides=_pairs(args.map, "--map"),
+                         unit_overrides=_pairs(args.unit, "--unit"), dialect=dialect,
+                         on_progress=_progress_printer(not args.quiet))
+    obj = result.as_dict()
+    human = (f"{'already stored as' if result.duplicate_of else 'stored'} {result.name} ({result.trace_id}): "
+             f"{result.rows} rows, {result.failed} failed, {result.rejected} rejected; format {result.format}, "
+             f"layout {result.layout}; mapping {result.mapping}; units {result.units}")
+    _emit(args, obj, human)
+
+
+def cmd_traces(args) -> None:
+    con = store.open_store(args.db)
+    traces = store.list_traces(con)
+    obj = {"traces": [{"trace_id": t.trace_id, "name": t.name, "rows": t.rows, "created": t.created,
+                       "failed": t.failed, "rejected": t.rejected, "format": t.format, "layout": t.layout,
+                       "source_file": t.source_file} for t in traces]}
+    human = "\n".join(f"{t.trace_id}  {t.name:30s} {t.rows:>10d} rows  {t.created}" for t in traces) or "no traces"
+    _emit(args, obj, human)
+
+
+def cmd_stats(args) -> None:
+    from planner.workload.stats import trace_stats
+
+    con = store.open_store(args.db)
+    obj = trace_stats(con, args.trace)
+    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+
+
+def cmd_fit(args) -> None:
+    from planner.workload.fits import fit_report
+
+    con = store.open_store(args.db)
+    obj = fit_report(con, args.trace, args.field, cap=args.cap, detect=not args.no_detect)
+    lines = [f"{args.field}: n={obj['n']}, censored at {obj['censored_at']} ({obj['censored_fraction']:.2%}); "
+             f"best {obj['best']}"]
+    lines += [f"  {c['family']:18s} AIC {c['aic'] if c['aic'] is not None else '—':>14} KS "
+              f"{c['ks'] if c['ks'] is not None else '—'} {c.get('error') or c['params']}" for c in obj["candidates"]]
+    _emit(args, obj, "\n".join(lines))
+
+
+def cmd_workload(args) -> None:
+    from planner.workload.tables import DEFAULT_BUCKET_EDGES, workload_report
+
+    con = store.open_store(args.db)
+    edges = tuple(float(e) for e in args.buckets.split(",")) if args.buckets else DEFAULT_BUCKET_EDGES
+    obj = workload_report(con, args.trace, window_s=args.window, edges=edges)
+    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+
+
+def cmd_memory(args) -> None:
+    from planner.capacity.memory import Overheads
+    from planner.capacity.report import memory_report
+    from planner.capacity.vllm_log import fit_overheads, parse_log
+    from planner.catalog.gpus import get_gpu
+    from planner.catalog.presets import get_model
+
+    model, gpu = get_model(args.model), get_gpu(args.gpu)
+    overheads = Overheads(cudagraph_counted=args.cudagraphs == "counted")
+    if args.vllm_log:
+        parsed = parse_log(open(args.vllm_log, encoding="utf-8", errors="replace").read())
+        if parsed.total_bytes:
+            gpu = replace(gpu, memory_bytes=parsed.total_bytes)
+        overheads = fit_overheads(parsed, math.ceil(gpu.memory_bytes * args.gpu_mem_util))
+    lengths = None
+    if args.trace:
+        from planner.traces.queries import request_lengths
+
+        con = store.open_store(args.db)
+        lengths = request_lengths(con, store.get_trace(con, args.trace).trace_id)
+    fit = None
+    if args.fit:
+        count, _, tokens = args.fit.partition("x")
+        try:
+            fit = (int(count), int(tokens))
+        except ValueError as exc:
+            raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
+    obj = memory_report(model, gpu, tp=args.tp, gpu_memory_utilization=args.gpu_mem_util,
+                        kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
+                        block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
+                        max_num_seqs=args.max_num_seqs, num_gpu_blocks=args.num_gpu_blocks,
+                        weight_dtype=args.weight_dtype or model.weight_dtype, overheads=overheads, lengths=lengths,
+                        fit=fit)
+    gib = 1024**3
+    human = (f"{model.name} on {args.tp}x {gpu.label}: {obj['param_count'] / 1e9:.2f}B params, weights "
+             f"{obj['weights_bytes'] / gib:.1f} GiB; KV {obj['kv_bytes_per_token']:,} B/token "
+             f"({obj['kv_bytes_per_token_per_gpu']:,} per GPU); pool {obj['kv_pool_bytes'] / gib:.2f} GiB = "
+             f"{obj['num_blocks']:,} blocks = {obj['kv_capacity_tokens']:,} tokens per GPU; maximum concurrency "
+             f"{obj['max_concurrency']:.2f}x for {obj['plan']['max_model_len']:,} tokens per request")
+    _emit(args, obj, human)
+
+
+def cmd_rejects(args) -> None:
+    con = store.open_store(args.db)
+    info = store.get_trace(con, args.trace)
+    rows = store.rejects_of(con, info.trace_id)
+    if args.output:
+        with open(args.output, "wb") as fh:
+            fh.write(store.rejects_csv(con, info.trace_id))
+    obj = {"trace_id": info.trace_id, "rejected": len(rows), "path": args.output,
+           "rejects": [] if args.output else [{"row": r, "raw": raw, "reason": why} for r, raw, why in rows]}
+    human = "\n".join(f"{r}\t{why}\t{raw}" for r, raw, why in rows) or "no rejected rows"
+    _emit(args, obj, f"wrote {len(rows)} rejects to {args.output}" if args.output else human)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m planner", description="LLM serving capacity planner")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("--db", default=None, help="DuckDB store (default: $PLANNER_DB, else the user data dir)")
+        return p
+
+    p = command("ingest", "ingest a request log (CSV/TSV/JSONL/JSON/Parquet, optionally .gz/.zst)")
+    p.add_argument("path")
+    p.add_argument("--name", help="trace name (default: the file name)")
+    p.add_argument("--format", default="auto", choices=("auto",) + FORMATS)
+    p.add_argument("--map", action="append", metavar="FIELD=COLUMN",
+                   help="use COLUMN for a canonical field (repeatable; FIELD= with no column unmaps it)")
+    p.add_argument("--unit", action="append", metavar="FIELD=UNIT",
+                   help="unit of arrival (s, ms, us, ns, datetime) or of ttft_ms/tpot_ms/e2e_ms (s, ms, us)")
+    p.add_argument("--delimiter", help="CSV delimiter instead of the sniffed one (\\t for tab)")
+    p.add_argument("--quote", help="CSV quote character instead of the sniffed one")
+    p.add_argument("--no-header", action="store_true", help="the CSV has no header row (columns column0, …)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_ingest)
+
+    p = command("traces", "list stored traces")
+    p.set_defaults(func=cmd_traces)
+
+    p = command("stats", "exact percentiles and arrival statistics of a trace")
+    p.add_argument("trace", help="trace id or name")
+    p.set_defaults(func=cmd_stats)
+
+    p = command("fit", "fit length or inter-arrival distributions (censored MLE, ranked by AIC)")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--field", required=True, choices=("input_tokens", "output_tokens", "total_tokens",
+                                                      "interarrival"))
+    p.add_argument("--cap", type=float, help="a known cap (max_tokens, context length): values at or above it "
+                   "are censored there")
+    p.add_argument("--no-detect", action="store_true", help="do not look for a cap in the data")
+    p.set_defaults(func=cmd_fit)
+
+    p = command("workload", "grouped percentiles, joint view, latency by length bucket and arrival statistics")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--window", type=float, help="time-window width in seconds (default: 6-24 windows)")
+    p.add_argument("--buckets", help="length bucket edges, comma-separated (default 512,2048)")
+    p.set_defaults(func=cmd_workload)
+
+    p = command("memory", "KV bytes per token, vLLM's memory budget, KV capacity and maximum concurrency")
+    p.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
+    p.add_argument("--gpu", required=True, help="GPU preset (a100-80gb-sxm, h100-sxm, …)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--gpu-mem-util", type=float, default=0.9, help="vLLM --gpu-memory-utilization")
+    p.add_argument("--kv-cache-dtype", default="auto", help="auto (model dtype) or fp8")
+    p.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-batched-tokens", type=int, help="default: vLLM serve's for the GPU")
+    p.add_argument("--max-num-seqs", type=int, help="default: vLLM serve's for the GPU")
+    p.add_argument("--num-gpu-blocks", type=int, help="override the computed block count")
+    p.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "int8", "int4"),
+                   help="default: the model's own (DeepSeek-V3 fp8, others bf16)")
+    p.add_argument("--cudagraphs", choices=("counted", "outside"), default="counted",
+                   help="CUDA-graph memory inside the KV budget (vLLM >= 0.21, default) or outside it (earlier)")
+    p.add_argument("--vllm-log", help="a vLLM startup log: fit the overheads to it")
+    p.add_argument("--trace", help="add this trace's concurrency, reservation trade-off, padding, preemption")
+    p.add_argument("--fit", help="SEQUENCESxTOKENS: smallest TP that holds the model with room for them")
+    p.set_defaults(func=cmd_memory)
+
+    add_simulation_commands(command)
+    add_report_command(command)
+
+    p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("-o", "--output", help="write the rejects as CSV to this file")
+    p.set_defaults(func=cmd_rejects)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.db is None and os.environ.get("PLANNER_DB"):
+        args.db = os.environ["PLANNER_DB"]
+    try:
+        args.func(args)
+    except PlannerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the contract forbids tracebacks on the console
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"error: {type(exc).__name__}: {first} (set PLANNER_DEBUG=1 for details)", file=sys.stderr)
+        return 1
+    return 0

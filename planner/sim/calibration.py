@@ -1,0 +1,149 @@
+"""Fit the cost model's efficiencies and overheads to measurements: timed iterations, or a trace's TTFT/TPOT.
+
+Iterations (a CSV of ``prefill_tokens, prefill_count, decode_count, decode_context, step_ms``; a row is a prefill
+batch of ``prefill_count`` prompts of ``prefill_tokens`` each, or a decode batch) are fitted by least squares on
+relative error. A trace with measured TTFT and TPOT is fitted by replaying it through the simulator and matching
+each request's TTFT and TPOT (log error), so queueing and batching are accounted for, not assumed away.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from scipy import optimize
+
+from planner.catalog.gpus import GPU
+from planner.catalog.models import ModelSpec
+from planner.errors import PlannerError
+from planner.sim.cost_model import CostParams, batch_aggregates, coefficients, step_seconds
+
+POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
+_POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
+_TRACE_PARAMS = ("mfu", "mbu")
+_TRACE_QUANTILES = np.linspace(0.05, 0.95, 19)
+_BOUNDS = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3)}
+
+
+def read_points(path: str | Path) -> pl.DataFrame:
+    """The measured-iterations CSV, checked: every column present, numbers, each row a prefill or a decode batch."""
+    try:
+        frame = pl.read_csv(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise PlannerError(f"--points {path}: cannot read it as CSV ({exc})") from exc
+    missing = [c for c in POINT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise PlannerError(f"--points {path} lacks columns {', '.join(missing)}: expected {','.join(POINT_COLUMNS)}")
+    try:
+        frame = frame.select(pl.col(c).cast(pl.Float64, strict=True) for c in POINT_COLUMNS).fill_null(0.0)
+    except pl.exceptions.PolarsError as exc:
+        raise PlannerError(f"--points {path}: every column must be numeric ({exc})") from exc
+    empty = frame.filter((pl.col("prefill_tokens") * pl.col("prefill_count") + pl.col("decode_count") <= 0)
+                         | (pl.col("step_ms") <= 0))
+    if empty.height:
+        raise PlannerError(f"--points {path}: {empty.height} rows have no tokens or a non-positive step_ms")
+    if frame.height < len(_POINT_PARAMS):
+        raise PlannerError(f"--points {path}: {frame.height} rows; need at least {len(_POINT_PARAMS)}")
+    return frame
+
+
+def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
+    rows = []
+    for p, pc, dc, ctx, _ in frame.iter_rows():
+        rows.append(batch_aggregates([(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))
+    return rows
+
+
+def predict_points(model: ModelSpec, gpu: GPU, tp: int, params: CostParams, frame: pl.DataFrame) -> np.ndarray:
+    """Predicted step_ms of each measured row."""
+    c = coefficients(model, gpu, tp, params).as_tuple()
+    return np.array([step_seconds.py_func(c, *agg)[0] * 1e3 for agg in _aggregates(frame)])
+
+
+def _with(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> CostParams:
+    return replace(params, **{k: float(v) for k, v in zip(names, values, strict=True)})
+
+
+def fit_points(model: ModelSpec, gpu: GPU, tp: int, frame: pl.DataFrame, start: CostParams | None = None) -> dict:
+    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals)."""
+    start = start or CostParams()
+    measured = frame["step_ms"].to_numpy()
+    aggs = _aggregates(frame)
+
+    def residuals(vec):
+        c = coefficients(model, gpu, tp, _with(start, _POINT_PARAMS, vec)).as_tuple()
+        return np.array([step_seconds.py_func(c, *a)[0] * 1e3 for a in aggs]) / measured - 1
+
+    lo, hi = zip(*(_BOUNDS[k] for k in _POINT_PARAMS), strict=True)
+    x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
+    fit = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
+    params = _with(start, _POINT_PARAMS, fit.x)
+    predicted = predict_points(model, gpu, tp, params, frame)
+    return _report(params, measured, predicted, "iterations")
+
+
+def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray, tpot_s: np.ndarray, settings,
+              start: CostParams | None = None, engine: str = "vllm-v1",
+              blocks_factors: tuple[float, ...] = (1.0,)) -> dict:
+    """Fit MFU and MBU so the simulated replay reproduces the trace's TTFT and TPOT distributions.
+
+    The loss compares 19 quantiles (p5-p95) of each, in log: a request's own TTFT jumps when a parameter moves a
+    step boundary across its arrival, its quantiles do not. The per-step and per-sequence overheads stay at
+    ``start``'s values: in decode they are constants beside the weight read, so a trace cannot tell them from
+    MBU (timed iterations can: :func:`fit_points`). ``blocks_factors`` profiles the KV block pool too (each factor
+    scales ``settings.num_blocks``; the best fit wins): worth it when the server's startup log is missing and
+    the trace reaches loads where KV capacity binds. The chosen pool is returned as ``num_blocks``.
+    """
+    from planner.sim.run import simulate
+
+    start = start or CostParams()
+    ttft, tpot = ttft_s[np.isfinite(ttft_s) & (ttft_s > 0)], tpot_s[np.isfinite(tpot_s) & (tpot_s > 0)]
+    if ttft.size + tpot.size < 10:
+        raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
+    targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
+
+    def fit_for(pool) -> tuple[float, CostParams]:
+        def simulated(params: CostParams) -> dict:
+            result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
+            return {"ttft": result.ttft_s, "tpot": result.tpot_s}
+
+        def loss(log_vec):
+            values = np.exp(log_vec)
+            if np.any(values > 1):
+                return 1e6
+            got = simulated(_with(start, _TRACE_PARAMS, values))
+            return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
+                             for name, want in targets))
+        x0 = np.log([getattr(start, k) for k in _TRACE_PARAMS])
+        fit = optimize.minimize(loss, x0, method="Nelder-Mead",
+                                options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
+        return float(fit.fun), _with(start, _TRACE_PARAMS, np.exp(fit.x))
+
+    pools = [replace(settings, num_blocks=max(1, int(settings.num_blocks * f))) for f in blocks_factors]
+    fits = [fit_for(pool) for pool in pools]
+    best = int(np.argmin([loss for loss, _ in fits]))
+    params, pool = fits[best][1], pools[best]
+    result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
+    got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
+    measured = np.concatenate([want for _, want in targets]) * 1e3
+    predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
+    report = _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
+    report["num_blocks"] = pool.num_blocks
+    return report
+
+
+def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:
+    rel = predicted / measured - 1
+    return {"params": {k: v for k, v in params.as_dict().items() if k != "source"}, "source": source,
+            "mape": float(np.mean(np.abs(rel))), "max_abs_error": float(np.max(np.abs(rel))),
+            "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
+                          for m, p, r in zip(measured, predicted, rel, strict=True)]}
+
+
+def save(report: dict, path: str | Path, model: ModelSpec, gpu: GPU, tp: int) -> None:
+    """Write the calibration file ``--calibration`` reads."""
+    body = {"model": model.name, "gpu": gpu.name, "tp": tp, **report}
+    Path(path).write_text(json.dumps(body, indent=2))

@@ -1,0 +1,221 @@
+"""Step-time cost model: the time of one engine iteration on a GPU, from FLOPs and bytes (a roofline).
+
+One iteration runs prefill chunks (each after some earlier context) and decoding sequences (each with its context)
+together. Its time is ``max(FLOPs / (MFU · peak), bytes / (MBU · bandwidth)) + TP all-reduces + a per-step and a
+per-sequence overhead``, the ``max`` smoothed near the ridge point (``roofline_p``). Linear layers cost
+``2 · active parameters`` FLOPs per token; causal attention ``4 · layers · heads · head_dim`` per (query, key)
+pair; the logits ``2 · vocab · hidden`` per sequence. Bytes are the weights (all experts of an MoE) plus the KV
+cache the batch reads. Defaults and their sources:
+``../shared/reference/performance-models.md`` §2–3; :mod:`planner.sim.calibration` fits them to measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numba
+
+from planner.capacity.memory import kv_bytes_per_token
+from planner.catalog.gpus import GPU
+from planner.catalog.models import ModelSpec, active_param_count, weights_bytes
+from planner.errors import PlannerError
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Efficiencies and overheads of the roofline (calibratable).
+
+    Attributes
+    ----------
+    mfu : float
+        Fraction of peak FLOP/s a prefill-heavy step reaches (Vidur-measured A100 GEMMs 0.69-0.80; end-to-end
+        prefill 0.4-0.5, BLIS 0.38).
+    mbu : float
+        Fraction of peak memory bandwidth a decode step streams at (vLLM/TRT-LLM 0.6-0.85; A100 GEMV 0.81).
+    step_overhead_s : float
+        Scheduler, sampler and launch time per iteration (0.1-0.2 ms with CUDA graphs).
+    seq_overhead_s : float
+        Extra time per sequence in the batch (BLIS: 4 µs per request).
+    allreduce_latency_s : float
+        Floor of one all-reduce (20-50 µs on A100 NVLink).
+    link_efficiency : float
+        Effective over nominal GPU-link bandwidth for all-reduce (Vidur A100 medians imply 0.3-0.6).
+    roofline_p : float
+        How sharply a step turns from memory- to compute-bound: busy time ``(compute^p + memory^p)^(1/p)``.
+        Large p is the ideal roofline ``max``; 1 adds the two. 2 reproduces Vidur's measured A100 GEMMs near the
+        ridge (Llama-3-8B ``mlp_up_proj`` at 128 tokens takes 1.30× its 1-token time; p = 2 gives 1.33×,
+        ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs.
+    """
+
+    mfu: float = 0.55
+    mbu: float = 0.80
+    step_overhead_s: float = 150e-6
+    seq_overhead_s: float = 4e-6
+    allreduce_latency_s: float = 25e-6
+    link_efficiency: float = 0.4
+    roofline_p: float = 2.0
+    source: str = "defaults (reference/performance-models.md)"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepCoefficients:
+    """Per-iteration constants of one model × GPU × TP × params (seconds per unit), for fast repeated use."""
+
+    s_per_flop: float
+    s_per_byte: float
+    linear_flops_per_token: float
+    logit_flops_per_seq: float
+    attn_flops_per_pair: float
+    weight_bytes: float          # per GPU, read once per step
+    kv_bytes_per_token: float    # per GPU
+    comm_s_per_token: float      # all-reduce bandwidth term per batch token (0 without TP)
+    comm_fixed_s: float          # all-reduce latency floor per step
+    step_overhead_s: float
+    seq_overhead_s: float
+    roofline_p: float
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+
+def coefficients(model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | None = None,
+                 kv_cache_dtype: str = "auto", weight_dtype: str | None = None) -> StepCoefficients:
+    """The constants :func:`step_seconds` needs, for one model on ``tp`` GPUs."""
+    params = params or CostParams()
+    if not (0 < params.mfu <= 1 and 0 < params.mbu <= 1):
+        raise PlannerError(f"MFU {params.mfu} and MBU {params.mbu}: expected fractions in (0, 1]")
+    peak = gpu.fp8_flops if (weight_dtype or model.weight_dtype) == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
+    linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
+    attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
+                                else model.head_dim)
+    comm_bytes_per_token = 2 * model.layers * model.hidden * 2     # two all-reduces per layer, bf16 activations
+    ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
+    link = gpu.gpu_link_bytes_s * params.link_efficiency
+    return StepCoefficients(
+        s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
+        linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
+        attn_flops_per_pair=4.0 * model.layers * attn_width,
+        weight_bytes=math.ceil(weights_bytes(model, weight_dtype or model.weight_dtype) / tp),
+        kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype, tp),
+        comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
+        comm_fixed_s=2 * model.layers * params.allreduce_latency_s if tp > 1 else 0.0,
+        step_overhead_s=params.step_overhead_s, seq_overhead_s=params.seq_overhead_s,
+        roofline_p=params.roofline_p)
+
+
+# Bound codes returned by step_seconds
+COMPUTE, MEMORY, OVERHEAD = 0, 1, 2
+BOUND_NAMES = ("compute", "memory", "overhead")
+
+
+@numba.njit(cache=True, nogil=True)
+def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
+    """Seconds of one iteration, and what bounds it (0 compute, 1 memory, 2 overhead).
+
+    Parameters
+    ----------
+    c : tuple
+        :meth:`StepCoefficients.as_tuple`.
+    prefill_tokens : float
+        New prompt tokens computed this step (all chunks).
+    attn_pairs : float
+        (query, key) pairs of causal attention over all sequences: a chunk of ``n`` after ``k`` tokens adds
+        ``n·k + n(n+1)/2``, a decode with context ``k`` adds ``k + 1``.
+    decode_count : float
+        Sequences decoding one token.
+    context_tokens : float
+        Earlier tokens whose KV the step reads (all sequences).
+    seqs : float
+        Sequences in the batch (each produces logits and pays the per-sequence overhead).
+    """
+    (s_per_flop, s_per_byte, linear_per_token, logit_per_seq, attn_per_pair, weight_bytes, kv_per_token,
+     comm_per_token, comm_fixed, step_overhead, seq_overhead, p) = c
+    tokens = prefill_tokens + decode_count
+    flops = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
+    compute = flops * s_per_flop
+    memory = (weight_bytes + kv_per_token * (context_tokens + tokens)) * s_per_byte
+    overhead = step_overhead + seq_overhead * seqs + comm_fixed + comm_per_token * tokens
+    busy = _busy(compute, memory, p)
+    bound = COMPUTE if compute > memory else MEMORY
+    if overhead > busy:
+        bound = OVERHEAD
+    return busy + overhead, bound
+
+
+@numba.njit(cache=True, nogil=True)
+def _busy(compute, memory, p):
+    top = compute if compute > memory else memory
+    if p >= 64.0 or top <= 0.0:
+        return top
+    if p == 2.0:        # the default: a square root, not two pow calls, in the simulator's innermost loop
+        return math.hypot(compute, memory)
+    low = compute + memory - top
+    return top * (1.0 + (low / top) ** p) ** (1.0 / p)
+
+
+def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> tuple[float, ...]:
+    """``(prefill_tokens, attn_pairs, decode_count, context_tokens, seqs)`` of prefill chunks ``(new, context)``
+    and decode groups ``(count, context)``."""
+    prefill_tokens = float(sum(n for n, _ in prefills))
+    pairs = float(sum(n * k + n * (n + 1) / 2 for n, k in prefills) + sum(m * (k + 1) for m, k in decodes))
+    decode_count = float(sum(m for m, _ in decodes))
+    context = float(sum(k for _, k in prefills) + sum(m * k for m, k in decodes))
+    return prefill_tokens, pairs, decode_count, context, float(len(prefills)) + decode_count
+
+
+def predict_step(model: ModelSpec, gpu: GPU, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]],
+                 tp: int = 1, params: CostParams | None = None, kv_cache_dtype: str = "auto") -> dict:
+    """The ``step`` CLI object: ``{"step_ms", "bound", "compute_ms", "memory_ms", "overhead_ms"}``."""
+    c = coefficients(model, gpu, tp, params, kv_cache_dtype)
+    agg = batch_aggregates(prefills, decodes)
+    if agg[0] + agg[2] <= 0:
+        raise PlannerError("an empty step: give at least one --prefill or --decode")
+    seconds, bound = step_seconds(c.as_tuple(), *agg)
+    prefill_tokens, pairs, decode_count, context, seqs = agg
+    tokens = prefill_tokens + decode_count
+    compute = (c.linear_flops_per_token * tokens + c.logit_flops_per_seq * seqs + c.attn_flops_per_pair * pairs) \
+        * c.s_per_flop
+    memory = (c.weight_bytes + c.kv_bytes_per_token * (context + tokens)) * c.s_per_byte
+    busy = _busy.py_func(compute, memory, c.roofline_p)
+    return {"step_ms": seconds * 1e3, "bound": BOUND_NAMES[bound], "compute_ms": compute * 1e3,
+            "memory_ms": memory * 1e3, "overlap_loss_ms": (busy - max(compute, memory)) * 1e3,
+            "overhead_ms": (seconds - busy) * 1e3}
+
+
+def parse_prefill(spec: str) -> list[tuple[int, int]]:
+    """``512`` (one chunk, no context), ``512x4`` (four), ``512@1024`` (after 1,024 computed tokens)."""
+    try:
+        head, _, context = spec.partition("@")
+        tokens, _, count = head.partition("x")
+        return [(int(tokens), int(context or 0))] * int(count or 1)
+    except ValueError as exc:
+        raise PlannerError(f"--prefill {spec!r}: expected TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT") from exc
+
+
+def parse_decode(spec: str) -> tuple[int, int]:
+    """``16x640``: 16 decoding sequences with 640 tokens of context each."""
+    try:
+        count, _, context = spec.partition("x")
+        return int(count), int(context)
+    except ValueError as exc:
+        raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640") from exc
+
+
+def load_params(path: str | Path | None) -> CostParams:
+    """Cost parameters from a calibration file (``calibrate -o FILE``), or the defaults."""
+    if path is None:
+        return CostParams()
+    try:
+        data = json.loads(Path(path).read_text())
+        return CostParams(**{**data["params"], "source": f"calibrated ({Path(path).name})"})
+    except FileNotFoundError as exc:
+        raise PlannerError(f"--calibration {path}: no such file") from exc
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise PlannerError(f"--calibration {path}: expected a file written by `planner calibrate` ({exc})") from exc

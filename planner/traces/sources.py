@@ -1,0 +1,270 @@
+"""Find out what a file is (compression, format, CSV dialect, columns) and how DuckDB's own readers read it.
+
+Only the first bytes are read in Python, to sniff; the rows themselves are streamed by DuckDB.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from planner.errors import PlannerError, first_line
+from planner.traces.store import quote_ident
+
+FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
+_DELIMITERS = (",", "\t", ";", "|")
+_HEAD_BYTES = 1 << 16
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_PARQUET_MAGIC = b"PAR1"
+
+
+def sql_str(value: str) -> str:
+    """An SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A CSV dialect, as sniffed or as the user set it."""
+
+    delimiter: str = ","
+    quote: str = '"'
+    escape: str = '"'
+    header: bool = True
+
+    def as_dict(self) -> dict:
+        return {"delimiter": self.delimiter, "quote": self.quote, "escape": self.escape, "header": self.header}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file ready to be read: its reader call and its columns as SQL expressions."""
+
+    path: Path
+    format: str
+    compression: str                  # none | gzip | zstd
+    reader_sql: str                   # a FROM-able SQL expression
+    columns: dict[str, str]           # column name (nested JSON as parent.child) -> SQL expression over reader_sql
+    dialect: Dialect | None = None
+    rejects_table: str | None = None  # where DuckDB's CSV reader puts structurally broken lines
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    peek_sql: str | None = None       # the reader without side effects, for sampling values
+
+    @property
+    def sample_sql(self) -> str:
+        return self.peek_sql or self.reader_sql
+
+    def raw_row_sql(self) -> str:
+        """SQL rebuilding the source row as text, for the rejects table."""
+        if self.format in ("csv", "tsv"):
+            delim = sql_str(self.dialect.delimiter if self.dialect else ",")
+            parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), '')" for expr in self.columns.values())
+            return f"concat_ws({delim}, {parts})"
+        pairs = ", ".join(f"{sql_str(name)}: {expr}" for name, expr in self.columns.items())
+        return f"CAST(to_json({{{pairs}}}) AS VARCHAR)"
+
+
+def read_head(path: Path) -> tuple[str, bytes]:
+    """Return the compression and the first (decompressed) bytes of a file."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_HEAD_BYTES)
+    except FileNotFoundError:
+        raise PlannerError(f"no such file: {path}; expected a path to a trace file") from None
+    except IsADirectoryError:
+        raise PlannerError(f"{path} is a directory; expected a trace file") from None
+    except OSError as exc:
+        raise PlannerError(f"cannot read {path}: {exc.strerror}") from None
+    if raw.startswith(_GZIP_MAGIC):
+        try:
+            return "gzip", zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(raw, _HEAD_BYTES)
+        except zlib.error as exc:
+            raise PlannerError(f"{path.name}: corrupt gzip data ({exc}); expected a complete .gz file") from None
+    if raw.startswith(_ZSTD_MAGIC):
+        import zstandard
+
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(raw)
+            return "zstd", reader.read(_HEAD_BYTES)
+        except zstandard.ZstdError as exc:
+            raise PlannerError(f"{path.name}: corrupt zstd data ({exc}); expected a complete .zst file") from None
+    return "none", raw
+
+
+def _looks_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a multi-byte character cut by the head boundary is fine
+    return False
+
+
+def detect_format(path: Path, compression: str, head: bytes) -> str:
+    """Tell the format from the content (not the name, which may lie), falling back to the extension."""
+    if head.startswith(_PARQUET_MAGIC):
+        if compression != "none":
+            raise PlannerError(f"{path.name}: a compressed Parquet file; Parquet compresses internally, "
+                               "expected the .parquet file itself")
+        return "parquet"
+    if not head.strip():
+        raise PlannerError(f"{path.name} is empty; expected a trace with a header row and at least one request")
+    if _looks_binary(head):
+        raise PlannerError(f"{path.name} looks binary, not text; expected CSV, TSV, JSON Lines, JSON or Parquet "
+                           "(optionally gzip- or zstd-compressed)")
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    if text.startswith("["):
+        return "json"
+    if text.startswith("{"):
+        first = text.split("\n", 1)[0]
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return "json"  # one pretty-printed object, such as a vLLM benchmark result
+        return "json" if isinstance(obj, dict) and "input_lens" in obj else "jsonl"
+    suffixes = [s.lower() for s in path.suffixes]
+    return "tsv" if ".tsv" in suffixes else "csv"
+
+
+def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
+    """A user-facing error for a DuckDB reader failure, naming truncated compressed data as such."""
+    detail = first_line(exc)
+    lowered = detail.lower()
+    if "gzip" in lowered or "zstd" in lowered or "compress" in lowered:
+        return PlannerError(f"{path.name}: the compressed data is truncated or corrupt ({detail}); expected a "
+                            "complete .gz or .zst file")
+    return PlannerError(f"{path.name}: cannot read it as {fmt} ({detail}); expected a well-formed {fmt} file "
+                        "(use --format to pick another reader)")
+
+
+def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: str) -> dict[str, str]:
+    """Columns of a reader, STRUCT fields flattened to ``parent.child``."""
+    try:
+        rel = con.sql(f"SELECT * FROM {reader_sql} LIMIT 0")
+    except duckdb.Error as exc:
+        raise read_error(path, fmt, exc) from None
+    columns: dict[str, str] = {}
+
+    def walk(name: str, expr: str, dtype) -> None:
+        if str(dtype).startswith("STRUCT"):
+            for child_name, child_type in dtype.children:
+                walk(f"{name}.{child_name}", f"{expr}.{quote_ident(child_name)}", child_type)
+        else:
+            columns[name] = expr
+
+    for name, dtype in zip(rel.columns, rel.types, strict=True):
+        walk(name, quote_ident(name), dtype)
+    return columns
+
+
+def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
+                  head_text: str) -> Dialect:
+    """Sniff a CSV/TSV dialect with DuckDB's sniffer (a TSV extension pins the tab)."""
+    opts = [f"compression={sql_str(compression)}"]
+    if fmt == "tsv":
+        opts.append("delim='\\t'")
+    try:
+        row = con.sql(f"SELECT Delimiter, Quote, Escape, HasHeader FROM sniff_csv({sql_str(str(path))}, "
+                      + ", ".join(opts) + ")").fetchall()[0]
+    except duckdb.Error as exc:
+        if compression != "none":
+            raise read_error(path, fmt, exc) from None
+        raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({first_line(exc)}); expected a delimited "
+                           "text file with a header row (set --delimiter/--quote to read it as such)") from None
+    delim, quote, escape, header = row
+    # "(empty)" means the sample held no quotes; reading with none would split later quoted fields
+    clean = lambda v: '"' if v in (None, "", "(empty)") else v  # noqa: E731
+    # DuckDB's sniffer wants consistent rows; a small file with a broken line can fool it into one column.
+    header_line = head_text.split("\n", 1)[0]
+    counts = {d: header_line.count(d) for d in _DELIMITERS}
+    best = max(counts, key=counts.get)
+    if counts[best] and counts.get(delim, 0) == 0:
+        delim, header = best, True
+    return Dialect(delimiter=delim, quote=clean(quote), escape=clean(escape), header=bool(header))
+
+
+def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "auto",
+                dialect: Dialect | None = None, rejects_name: str = "ingest") -> Source:
+    """Work out how to read ``path`` and return its reader and columns.
+
+    Parameters
+    ----------
+    con : duckdb.DuckDBPyConnection
+        Connection (or cursor) used for sniffing; the reader SQL is valid on it.
+    path : str or Path
+        The file.
+    fmt : str
+        ``auto`` or one of :data:`FORMATS`.
+    dialect : Dialect, optional
+        CSV dialect that replaces the sniffed one.
+    rejects_name : str
+        Prefix of the temporary tables DuckDB's CSV reader writes structurally broken lines to.
+    """
+    path = Path(path)
+    compression, head = read_head(path)
+    if fmt == "auto":
+        fmt = detect_format(path, compression, head)
+    elif fmt not in FORMATS:
+        raise PlannerError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
+    elif fmt != "parquet" and not head.strip():
+        raise PlannerError(f"{path.name} is empty; expected a trace with a header row and at least one request")
+    p = sql_str(str(path))
+    comp = sql_str(compression)
+    notes: list[str] = []
+    if fmt in ("csv", "tsv"):
+        if dialect is None:
+            dialect = sniff_dialect(con, path, compression, fmt, head.decode("utf-8", errors="replace"))
+            notes.append(f"CSV dialect sniffed: delimiter {dialect.delimiter!r}, quote {dialect.quote!r}, "
+                         f"header {'yes' if dialect.header else 'no'}")
+        if dialect.delimiter == "\t":
+            fmt = "tsv"
+        rejects = f"{rejects_name}_rejects"
+        peek = (f"read_csv({p}, all_varchar=true, header={str(dialect.header).lower()}, "
+                f"delim={sql_str(dialect.delimiter)}, quote={sql_str(dialect.quote)}, "
+                f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480")
+        reader = (f"{peek}, store_rejects=true, rejects_table={sql_str(rejects)}, "
+                  f"rejects_scan={sql_str(rejects_name + '_scans')})")
+        columns = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
+        return Source(path, fmt, compression, reader, columns, dialect, rejects, tuple(notes),
+                      peek + ", ignore_errors=true)")
+    if fmt == "parquet":
+        reader = f"read_parquet({p})"
+        return Source(path, fmt, compression, reader, _flatten(con, reader, path, fmt), notes=tuple(notes))
+    json_format = {"jsonl": "newline_delimited", "json": "auto"}[fmt]
+    reader = f"read_json({p}, format={sql_str(json_format)}, compression={comp}, sample_size=20480)"
+    columns = _flatten(con, reader, path, fmt)
+    if {"input_lens", "output_lens"} <= set(columns):
+        reader, columns, note = _vllm_benchmark_reader(con, reader, columns)
+        notes.append(note)
+    return Source(path, fmt, compression, reader, columns, notes=tuple(notes))
+
+
+def _vllm_benchmark_reader(con, reader: str, columns: dict[str, str]) -> tuple[str, dict[str, str], str]:
+    """Unnest a vLLM ``benchmark_serving`` result (one object of parallel lists) into one row per request."""
+    select = ["unnest(input_lens) AS input_lens", "unnest(output_lens) AS output_lens"]
+    if "ttfts" in columns:
+        select.append("unnest(ttfts) AS ttft_s")
+    if "itls" in columns:
+        select.append("list_avg(unnest(itls)) AS tpot_s")
+        if "ttfts" in columns:
+            select.append("unnest(ttfts) + coalesce(list_sum(unnest(itls)), 0) AS e2e_s")
+    if "errors" in columns:
+        select.append("nullif(unnest(errors), '') AS error")
+    rate = None
+    if "request_rate" in columns:
+        rate = con.sql(f"SELECT CAST(request_rate AS VARCHAR) FROM {reader}").fetchall()[0][0]
+    if rate is not None and str(rate).lower() in ("inf", "infinity"):
+        select.append("0.0 AS arrival_s")
+        note = "vLLM benchmark with request_rate inf: every request arrives at time 0"
+    else:
+        note = (f"vLLM benchmark with request_rate {rate}: the result holds no send times, so the trace has "
+                "no arrival times")
+    unnested = f"(SELECT {', '.join(select)} FROM {reader})"
+    cols = {s.rsplit(" AS ", 1)[1]: quote_ident(s.rsplit(" AS ", 1)[1]) for s in select}
+    return unnested, cols, note

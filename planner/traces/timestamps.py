@@ -1,0 +1,129 @@
+"""Timestamp kinds, units and resolution, inferred from the values and shown to the user.
+
+Datetime strings (any number of fractional digits, with or without a UTC offset), epoch seconds, milliseconds,
+microseconds or nanoseconds (told apart by magnitude), or times relative to the trace start (seconds unless the
+layout or the column name says otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from planner.errors import PlannerError
+from planner.traces.layouts import TIME_UNITS
+
+_NUMBER = re.compile(r"^[+-]?(\d+)(?:\.(\d*))?(?:[eE][+-]?\d+)?$")
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::(\d{2})(?:[.,](\d+))?)?")
+# Smallest epoch (in seconds) we accept as wall-clock: 1973-03-03. Smaller values are relative times.
+_EPOCH_FLOOR_S = 1e8
+_ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
+_MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
+
+
+@dataclass(frozen=True)
+class TimeKind:
+    """How arrival values are to be read."""
+
+    kind: str                 # "datetime", "epoch_<unit>" or "relative_<unit>"
+    seconds_per_unit: float   # 1.0 for datetime (parsed to epoch seconds)
+    resolution_s: float | None
+    zoned: bool = False       # datetimes carry a UTC offset (parsing them is slower, so only when needed)
+
+    @property
+    def is_wall_clock(self) -> bool:
+        return not self.kind.startswith("relative")
+
+
+def _significant_exponent(text: str) -> int | None:
+    """Power of ten of the last significant digit of a decimal string (``5999`` -> 0, ``3000`` -> 3, ``1.25`` -> -2)."""
+    m = _NUMBER.match(text)
+    if not m or "e" in text.lower():
+        return None
+    whole, frac = m.group(1), (m.group(2) or "").rstrip("0")
+    if frac:
+        return -len(frac)
+    stripped = whole.rstrip("0")
+    return len(whole) - len(stripped) if stripped else None
+
+
+def _resolution_exponent(exponents: list[int | None]) -> int | None:
+    known = [e for e in exponents if e is not None]
+    return min(known) if known else None
+
+
+def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
+    """Decide how to read arrival values from a sample of them (as text).
+
+    Parameters
+    ----------
+    sample : list of str
+        Non-empty values from the start of the arrival column.
+    declared_unit : str
+        ``auto``, ``datetime`` or a unit from :data:`planner.traces.layouts.TIME_UNITS` set by the layout, the column
+        name or the user.
+
+    Raises
+    ------
+    PlannerError
+        When the values are neither numbers nor datetimes.
+    """
+    values = [v.strip() for v in sample if v is not None and v.strip()]
+    if not values:
+        return TimeKind("relative_s" if declared_unit in ("auto", "datetime") else f"relative_{declared_unit}",
+                        TIME_UNITS.get(declared_unit, 1.0), None)
+    numeric = [v for v in values if _NUMBER.match(v)]
+    if declared_unit == "datetime" or len(numeric) < len(values) / 2:
+        dt = [_DATETIME.match(v) for v in values]
+        if sum(m is not None for m in dt) < len(values) / 2:
+            raise PlannerError(f"cannot read the arrival column: values such as {values[0]!r} are neither numbers "
+                               "nor datetimes; expected e.g. '2023-11-16 18:17:03.97', epoch seconds or "
+                               "relative seconds (or choose another column with --map arrival=COLUMN)")
+        frac_digits = [len((m.group(2) or "").rstrip("0")) for m in dt if m]
+        if any(frac_digits):
+            resolution = 10.0 ** -max(frac_digits)
+        elif all(m and m.group(1) in (None, "00") for m in dt):
+            resolution = 60.0
+        else:
+            resolution = 1.0
+        zoned = any(_ZONE.search(v) for v in values)
+        return TimeKind("datetime", 1.0, resolution, zoned)
+
+    magnitudes = [abs(float(v)) for v in numeric]
+    low = min(magnitudes)
+    if declared_unit == "auto":
+        unit = next((u for u, floor in _MAGNITUDE_UNITS if low >= floor), None)
+        kind = f"epoch_{unit}" if unit else "relative_s"
+        unit = unit or "s"
+    else:
+        unit = declared_unit
+        kind = ("epoch_" if low * TIME_UNITS[unit] >= _EPOCH_FLOOR_S else "relative_") + unit
+    exp = _resolution_exponent([_significant_exponent(v) for v in numeric])
+    resolution = None if exp is None else TIME_UNITS[unit] * 10.0 ** exp
+    if resolution is not None:
+        resolution = float(f"{resolution:.3g}")
+    return TimeKind(kind, TIME_UNITS[unit], resolution)
+
+
+def arrival_sql(value_sql: str, kind: TimeKind) -> str:
+    """SQL turning the text value into seconds (epoch or relative, as the kind says); NULL when unparsable."""
+    if kind.kind == "datetime":
+        return f"epoch(TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'}))"
+    # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
+    per_second = round(1.0 / kind.seconds_per_unit)
+    scale = "" if per_second == 1 else f" / {per_second}.0"
+    return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
+
+
+def describe_resolution(seconds: float | None) -> str:
+    """Human text for a resolution: ``1 µs``, ``1 s``, ``60 s``."""
+    if seconds is None:
+        return "unknown"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale * 0.999:
+            value = seconds / scale
+            return f"{value:g} {unit}"
+    return f"{seconds:g} s"
+
+
+__all__ = ["TimeKind", "infer_time_kind", "arrival_sql", "describe_resolution"]

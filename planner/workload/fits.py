@@ -1,0 +1,81 @@
+"""Fits of a stored trace's lengths and arrivals, and their JSON-ready summaries (the ``fit`` CLI object)."""
+
+from __future__ import annotations
+
+import duckdb
+
+from planner.errors import PlannerError
+from planner.traces import store
+from planner.traces.queries import arrival_times, length_counts
+from planner.workload.fitting.arrivals import ArrivalFit, dispersion_curve, fit_arrivals, peak_summary
+from planner.workload.fitting.lengths import LengthFit, fit_lengths
+
+FIT_FIELDS = ("input_tokens", "output_tokens", "interarrival")
+
+
+def fit_length_field(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str, *, cap: float | None = None,
+                     detect: bool = True, seed: int = 0) -> LengthFit:
+    """Censored maximum-likelihood fits of one length field; see :func:`planner.workload.fitting.lengths.fit_lengths`."""
+    x, w = length_counts(con, trace_id, fld)
+    if w.sum() < 2:
+        raise PlannerError(f"{fld}: the trace has fewer than two non-failed requests with a value; nothing to fit")
+    return fit_lengths(x, w, cap=cap, detect=detect, seed=seed)
+
+
+def fit_interarrival(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> ArrivalFit:
+    """Inter-arrival fits, quantization check and Poisson test of a trace's arrivals."""
+    if not info.has_timestamps:
+        raise PlannerError(f"trace {info.name!r} has no timestamps: expected an arrival column to fit "
+                           "inter-arrival times")
+    return fit_arrivals(arrival_times(con, info.trace_id), info.timestamp_resolution_s)
+
+
+def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap: float | None = None,
+               detect: bool = True) -> dict:
+    """The ``fit`` CLI object for ``input_tokens``, ``output_tokens``, ``total_tokens`` or ``interarrival``."""
+    info = store.get_trace(con, trace_ref)
+    if fld == "interarrival":
+        arrivals = fit_interarrival(con, info)
+        if arrivals.n < 3:
+            raise PlannerError(f"trace {info.name!r} has fewer than three arrivals; nothing to fit")
+        summary = arrival_fit_dict(arrivals)
+        out = {"field": fld, "n": arrivals.n - 1, "best": summary["best"], "censored_at": None,
+               "censored_fraction": 0.0, "empirical_quantiles": summary["empirical_quantiles"],
+               "candidates": summary["candidates"]}
+        out.update({k: summary[k] for k in ("cv", "poisson_consistent", "poisson_test", "quantized", "quantum_s",
+                                             "tie_fraction")})
+        return out
+    return length_fit_dict(fld, fit_length_field(con, info.trace_id, fld, cap=cap, detect=detect))
+
+
+def length_fit_dict(fld: str, fit: LengthFit) -> dict:
+    """JSON-ready summary of a :class:`LengthFit` (the ``fit`` CLI object for a length field)."""
+    return {"field": fld, "n": fit.n, "best": fit.best, "censored_at": fit.censored_at,
+            "censored_fraction": fit.censored_fraction, "empirical_quantiles": fit.empirical_quantiles,
+            "candidates": [c.as_dict() for c in fit.candidates]}
+
+
+def arrival_overview(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> dict | None:
+    """Everything the arrival views show: fits, Poisson test, dispersion curve and peak rates (None without times)."""
+    if not info.has_timestamps:
+        return None
+    t = arrival_times(con, info.trace_id)
+    if t.size < 3:
+        return None
+    return {"span_s": float(t[-1] - t[0]), "fit": fit_arrivals(t, info.timestamp_resolution_s),
+            "dispersion": dispersion_curve(t), "peaks": peak_summary(t)}
+
+
+def arrival_fit_dict(arrivals: ArrivalFit) -> dict:
+    """JSON-ready summary of an :class:`ArrivalFit` (fit candidates without their scipy objects)."""
+    return {"n": arrivals.n, "cv": arrivals.cv, "tie_fraction": arrivals.tie_fraction,
+            "quantized": arrivals.quantized, "quantum_s": arrivals.quantum_s,
+            "poisson_test": arrivals.poisson.__dict__ if arrivals.poisson else None,
+            "poisson_consistent": bool(arrivals.poisson.consistent) if arrivals.poisson else None,
+            "best": arrivals.fit.best if arrivals.fit else "empirical",
+            "empirical_quantiles": arrivals.gap_quantiles,
+            # a coarse clock leaves nothing for a gap family to fit: the empirical gaps stand alone
+            "candidates": ([c.as_dict() for c in arrivals.fit.candidates] if arrivals.fit else
+                           [{"family": "empirical", "params": {}, "aic": None, "bic": None, "ks": 0.0,
+                             "quantiles": arrivals.gap_quantiles}])}
+

@@ -1,0 +1,145 @@
+"""Arrival processes: inter-arrival fits, burstiness at every time scale, and a Poisson verdict backed by a test.
+
+Raw inter-arrival statistics are meaningless when timestamps are coarse or quantized (many ties, as in Mooncake's
+3-second buckets); such traces are flagged and judged by the dispersion of counts per bin instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from planner.workload.fitting.lengths import MAX_DISTINCT, QUANTILES, LengthFit, counts_of, fit_lengths
+
+INTERARRIVAL_FAMILIES = ("exponential", "gamma", "weibull", "lognormal")
+DISPERSION_WIDTHS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+_TIE_FRACTION_QUANTIZED = 0.05
+_GRID_RATIO = 0.3          # p5 / median of positive gaps: ~0.07 for Poisson, ~1 for a clock ticking every 3 s
+_POISSON_ALPHA = 0.01
+_TARGET_COUNT_PER_BIN = 10.0
+
+
+@dataclass(frozen=True)
+class PoissonTest:
+    """Index-of-dispersion test of counts per bin: (bins - 1) * VMR ~ chi-square(bins - 1) for a Poisson process."""
+
+    bin_s: float
+    bins: int
+    vmr: float
+    p_value: float
+    consistent: bool
+
+
+@dataclass(frozen=True)
+class ArrivalFit:
+    """Inter-arrival fits plus the statistics that stay valid when they do not."""
+
+    n: int
+    cv: float | None
+    tie_fraction: float
+    quantized: bool
+    quantum_s: float | None
+    poisson: PoissonTest | None
+    fit: LengthFit | None
+    gap_quantiles: dict[str, float] | None = None   # exact p50/p90/p99 of all gaps, ties included
+
+
+def counts_per_bin(arrivals_s: np.ndarray, width_s: float) -> np.ndarray:
+    """Requests per bin of ``width_s`` from the first arrival to the last, empty bins included."""
+    t = np.asarray(arrivals_s, dtype=float)
+    t = t - t.min()
+    nbins = int(np.floor(t.max() / width_s)) + 1
+    return np.bincount(np.floor(t / width_s).astype(np.int64), minlength=nbins)
+
+
+def dispersion_curve(arrivals_s: np.ndarray, widths_s=DISPERSION_WIDTHS_S) -> list[dict]:
+    """Variance-to-mean ratio of counts per bin for each width that gives at least 10 bins."""
+    t = np.asarray(arrivals_s, dtype=float)
+    span = float(t.max() - t.min()) if t.size else 0.0
+    out = []
+    for width in widths_s:
+        if span / width < 10:
+            continue
+        c = counts_per_bin(t, width)
+        out.append({"bin_s": float(width), "bins": int(c.size), "vmr": float(c.var() / c.mean())})
+    return out
+
+
+def poisson_test(arrivals_s: np.ndarray, min_bin_s: float = 0.0) -> PoissonTest | None:
+    """Two-sided index-of-dispersion test with bins holding about ten requests each (None if too few bins)."""
+    t = np.asarray(arrivals_s, dtype=float)
+    span = float(t.max() - t.min()) if t.size else 0.0
+    if span <= 0:
+        return None
+    width = max(_TARGET_COUNT_PER_BIN * span / t.size, min_bin_s)
+    c = counts_per_bin(t, width)
+    if c.size < 10:
+        return None
+    vmr = float(c.var(ddof=1) / c.mean())
+    dof = c.size - 1
+    stat = dof * vmr
+    p = float(min(1.0, 2 * min(stats.chi2.sf(stat, dof), stats.chi2.cdf(stat, dof))))
+    return PoissonTest(width, int(c.size), vmr, p, p >= _POISSON_ALPHA)
+
+
+def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> ArrivalFit:
+    """Fit inter-arrival gaps, flag quantized timestamps and run the Poisson test.
+
+    Parameters
+    ----------
+    arrivals_s : ndarray
+        Arrival times in seconds (any order).
+    resolution_s : float, optional
+        The timestamp resolution found at ingest; gaps at or below it count as ties.
+    """
+    t = np.asarray(arrivals_s, dtype=float)
+    gaps = np.diff(t)
+    if np.any(gaps < 0):
+        t = np.sort(t)
+        gaps = np.diff(t)
+    if gaps.size < 2:
+        return ArrivalFit(int(t.size), None, 0.0, False, None, None, None)
+    tie = max(resolution_s or 0.0, 1e-12) * 0.5
+    ties = float(np.mean(gaps <= tie))
+    positive = gaps[gaps > tie]
+    # Ties alone do not make a clock coarse: a bursty process read at 1 ms has many. A coarse clock also puts
+    # the positive gaps on a grid, so even the short ones are about as long as the typical one.
+    quantized = bool(ties > _TIE_FRACTION_QUANTIZED and positive.size
+                     and np.percentile(positive, 5) >= _GRID_RATIO * np.median(positive))
+    quantum = float(np.median(positive)) if quantized else None
+    cv = float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else None
+    poisson = poisson_test(t, min_bin_s=10 * quantum if quantum else 0.0)
+    # gaps are continuous (nearly all distinct): a seeded draw stands in for them, weighted back to the full count
+    x, w = counts_of(gaps) if gaps.size <= MAX_DISTINCT else counts_of(
+        np.random.default_rng(0).choice(gaps, size=MAX_DISTINCT))
+    try:
+        # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
+        fit = fit_lengths(x, w * (gaps.size / w.sum()), families=INTERARRIVAL_FAMILIES, detect=False,
+                          floor=max(resolution_s or 0.0, tie) if ties else None)
+    except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
+        fit = None
+    gap_quantiles = dict(zip(QUANTILES, map(float, np.quantile(gaps, list(QUANTILES.values()))), strict=True))
+    return ArrivalFit(int(t.size), cv, ties, quantized, quantum, poisson, fit, gap_quantiles)
+
+
+def rate_series(arrivals_s: np.ndarray, width_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Bin starts (s from the first arrival) and request rates (req/s) at one bin width."""
+    c = counts_per_bin(arrivals_s, width_s)
+    return np.arange(c.size) * width_s, c / width_s
+
+
+def peak_summary(arrivals_s: np.ndarray) -> dict:
+    """Mean rate, peak-to-mean ratio per bin width, and the planning peak: p99 of per-minute rates."""
+    t = np.asarray(arrivals_s, dtype=float)
+    span = float(t.max() - t.min())
+    mean = t.size / span if span > 0 else None
+    peaks = {}
+    for label, width in (("1s", 1.0), ("10s", 10.0), ("60s", 60.0)):
+        if span >= width:
+            _, rates = rate_series(t, width)
+            peaks[label] = float(rates.max() / mean) if mean else None
+    per_minute = rate_series(t, 60.0)[1] if span >= 60 else None
+    return {"mean_rate_rps": mean, "peak_to_mean": peaks,
+            "peak_rate_rps": float(np.percentile(per_minute, 99)) if per_minute is not None else None}
