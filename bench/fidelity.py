@@ -10,7 +10,6 @@ iteration times for vLLM (``profiler-a100-80g.vllm.json``). The 3 req/s run is h
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
+from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_points, fit_trace  # noqa: E402
 from planner.sim.cost_model import CostParams  # noqa: E402
-from planner.sim.engines import EngineSettings  # noqa: E402
-from planner.sim.run import engine_settings, simulate  # noqa: E402
+from planner.sim.run import simulate  # noqa: E402
 from planner.sim.workload import SimWorkload  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100"
@@ -47,9 +46,10 @@ def load(run: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
     return work, frame["ttft_ms"].to_numpy() / 1e3, tpot
 
 
-def settings() -> EngineSettings:
-    return engine_settings(MODEL, GPU, max_num_seqs=1024, max_num_batched_tokens=16384, chunked_prefill=False,
-                           gpu_memory_utilization=0.95, max_model_len=2048)
+def settings(cost: CostParams = CostParams()) -> Scenario:
+    """The measured server: vLLM V0, whole prompts, 1,024 sequences, a 16k budget, 95% of the GPU, 2k context."""
+    return Scenario(MODEL, GPU, max_num_seqs=1024, max_num_batched_tokens=16384, chunked_prefill=False,
+                    gpu_memory_utilization=0.95, max_model_len=2048, engine=ENGINE, cost=cost)
 
 
 def distserve_points() -> pl.DataFrame:
@@ -67,10 +67,10 @@ def distserve_points() -> pl.DataFrame:
 
 def compare(params: CostParams, label: str, num_blocks: int | None = None) -> list[dict]:
     rows = []
-    cfg = settings() if num_blocks is None else replace(settings(), num_blocks=num_blocks)
+    cfg = settings(params) if num_blocks is None else settings(params).replace(num_gpu_blocks=num_blocks)
     for run in RUNS:
         work, ttft, tpot = load(run)
-        result = simulate(work, MODEL, GPU, cfg, engine=ENGINE, cost=params)
+        result = simulate(work, cfg)
         span = float(np.nanmax(result.finish) - work.arrival_s.min())
         measured_span = float(np.nanmax(work.arrival_s + ttft + np.nan_to_num(tpot) * (work.output_tokens - 1))
                               - work.arrival_s.min())
@@ -97,18 +97,17 @@ def main() -> None:
                        np.concatenate([w.output_tokens for w, _, _ in train]), "train")
     ttft = np.concatenate([t for _, t, _ in train])
     tpot = np.concatenate([p for _, _, p in train])
-    fitted = fit_trace(MODEL, GPU, 1, work, ttft, tpot, settings(), engine=ENGINE)
+    fitted = fit_trace(settings(), work, ttft, tpot)
     pools = (0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1)
-    with_pool = fit_trace(MODEL, GPU, 1, work, ttft, tpot, settings(), engine=ENGINE, blocks_factors=pools)
-    from_iterations = CostParams(**fit_points(MODEL, GPU, 1, distserve_points())["params"],
+    with_pool = fit_trace(settings(), work, ttft, tpot, blocks_factors=pools)
+    from_iterations = CostParams(**fit_points(settings(), distserve_points())["params"],
                                  source="calibrated on DistServe's fitted iteration times")
     rows = (compare(CostParams(), "defaults") + compare(CostParams(**fitted["params"]), "trace-calibrated")
             + compare(CostParams(**with_pool["params"]), "trace+KV-calibrated", with_pool["num_blocks"])
             + compare(from_iterations, "iteration-calibrated"))
     # the roofline's knee (roofline_p, default 2 from Vidur's GEMM timings) is not fitted: shown for both ends
     for p, label in ((64.0, "trace+KV, ideal roofline max"), (1.0, "trace+KV, additive roofline")):
-        knee = fit_trace(MODEL, GPU, 1, work, ttft, tpot, settings(), engine=ENGINE, blocks_factors=pools,
-                         start=CostParams(roofline_p=p))
+        knee = fit_trace(settings(CostParams(roofline_p=p)), work, ttft, tpot, blocks_factors=pools)
         rows += compare(CostParams(**knee["params"]), label, knee["num_blocks"])
         print(f"{label}: training loss {knee['mape']:.3f}, params", {k: round(v, 4) for k, v in knee["params"].items()})
     table = pl.DataFrame(rows)
@@ -116,7 +115,7 @@ def main() -> None:
         print(table)
     print("trace-calibrated params:", {k: round(v, 6) for k, v in fitted["params"].items()})
     print("trace+KV-calibrated params:", {k: round(v, 6) for k, v in with_pool["params"].items()},
-          f"KV blocks {with_pool['num_blocks']:,} (memory plan: {settings().num_blocks:,})")
+          f"KV blocks {with_pool['num_blocks']:,} (memory plan: {settings().settings.num_blocks:,})")
     print("iteration-calibrated params:", {k: round(getattr(from_iterations, k), 6)
                                            for k in ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")})
     print(f"trace+KV-calibrated training loss {with_pool['mape']:.3f}")

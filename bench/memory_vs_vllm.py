@@ -14,9 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.capacity.memory import Overheads, plan_memory  # noqa: E402
+from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import GiB, get_gpu  # noqa: E402
 from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
+from planner.scenario import Scenario  # noqa: E402
 
 CODELLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                 "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32016,
@@ -48,7 +49,7 @@ class Case:
 
 CASES = [
     Case("Llama-3.1-8B, H100, v0.19", "llm-d-planner v0.19.0 logs (meta-llama-llama-3-1-8b--h100-80gb--16384.log)",
-         get_model("llama-3-8b"), "h100-sxm", 1, 0.95, 16384, 1024, 8192, "bf16", False, 476_016, 79.19),
+         get_model("llama-3.1-8b"), "h100-sxm", 1, 0.95, 16384, 1024, 8192, "bf16", False, 476_016, 79.19),
     Case("CodeLlama-7B (MHA), H100, v0.19", "llm-d-planner v0.19.0 logs (codellama-7b-h--h100-80gb--8192.log)",
          from_hf_config(CODELLAMA_7B, "codellama-7b"), "h100-sxm", 1, 0.95, 8192, 1024, 8192, "bf16", False,
          126_256, 79.19),
@@ -57,9 +58,9 @@ CASES = [
     Case("Qwen2.5-7B W8A8, H100, v0.19", "llm-d-planner v0.19.0 logs (w8a8-redhatai-qwen2-5-7b--8192.log)",
          get_model("qwen2.5-7b"), "h100-sxm", 1, 0.95, 8192, 1024, 8192, "int8", False, 1_210_272, 79.19),
     Case("Llama-3.3-70B FP8, 2xH100 TP2, v0.19", "llm-d-planner v0.19.0 logs (fp8dyn-llama-3-3-70b--tp2--8192.log)",
-         get_model("llama-3-70b"), "h100-sxm", 2, 0.95, 8192, 1024, 8192, "fp8", False, 244_304, 79.19),
+         get_model("llama-3.1-70b"), "h100-sxm", 2, 0.95, 8192, 1024, 8192, "fp8", False, 244_304, 79.19),
     Case("Llama-3.1-8B, L4, v0.11", "github.com/abinavChandar/demo_env_l4 vllm.log (GPU from the repo name)",
-         get_model("llama-3-8b"), "l4", 1, 0.92, 32000, 128, 2048, "bf16", False, 38_944),
+         get_model("llama-3.1-8b"), "l4", 1, 0.92, 32000, 128, 2048, "bf16", False, 38_944),
     Case("R1-Distill-Qwen-14B, A100-40GB (inferred), v0.8.5",
          "github.com/jayashan10/Deepseek-qwen-deployment vllm_server.log (GPU inferred from the budget)",
          from_hf_config(QWEN_14B, "qwen-14b"), "a100-40gb-sxm", 1, 0.9, 32768, 256, 2048, "bf16", False, 32_832),
@@ -75,9 +76,9 @@ def predict(case: Case) -> int:
     gpu = get_gpu(case.gpu)
     if case.gpu_memory_gib:
         gpu = replace(gpu, memory_bytes=int(case.gpu_memory_gib * GiB))
-    plan = plan_memory(case.model, gpu, tp=case.tp, gpu_memory_utilization=case.util, max_model_len=case.max_len,
-                       max_num_seqs=case.seqs, max_num_batched_tokens=case.batched, weight_dtype=case.weights,
-                       overheads=Overheads(cudagraph_counted=case.graphs_counted))
+    plan = Scenario(case.model, gpu, tp=case.tp, gpu_memory_utilization=case.util, max_model_len=case.max_len,
+                    max_num_seqs=case.seqs, max_num_batched_tokens=case.batched, weight_dtype=case.weights,
+                    overheads=Overheads(cudagraph_counted=case.graphs_counted)).memory
     return plan.kv_capacity_tokens
 
 

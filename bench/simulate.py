@@ -20,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
-from planner.sim.cost_model import coefficients  # noqa: E402
+from planner.scenario import Scenario  # noqa: E402
 from planner.sim.engines import ENGINES  # noqa: E402
 from planner.sim.reference import run_reference  # noqa: E402
-from planner.sim.run import engine_settings, simulate, summarize  # noqa: E402
+from planner.sim.results import summarize  # noqa: E402
+from planner.sim.run import simulate  # noqa: E402
 from planner.sim.workload import SimWorkload, poisson_or_gamma  # noqa: E402
 
 
@@ -41,20 +42,20 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--reference-requests", type=int, default=3_000)
     args = parser.parse_args()
-    model, gpu = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
-    cfg = engine_settings(model, gpu, max_model_len=8192)
-    capacity = summarize(simulate(azure_conv_like(5_000, float("inf")), model, gpu, cfg))["request_rate_rps"]
+    scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
+    cfg = scenario.settings
+    capacity = summarize(simulate(azure_conv_like(5_000, float("inf")), scenario)).request_rate_rps
     qps = 0.75 * capacity
     work = azure_conv_like(args.requests, qps, seed=1)
-    result = simulate(work, model, gpu, cfg)            # warm: compiled code already loaded above
+    result = simulate(work, scenario)            # warm: compiled code already loaded above
     summary = summarize(result)
     rate = work.n / result.sim_wall_s
     print(f"capacity (offline) {capacity:.2f} req/s; replay at {qps:.2f} req/s (75%)")
     print(f"fast: {work.n:,} requests, {result.steps:,} steps in {result.sim_wall_s:.3f} s wall = {rate:,.0f} "
-          f"simulated requests/s; TTFT p99 {summary['ttft_ms']['p99']:.0f} ms, TPOT p99 "
-          f"{summary['tpot_ms']['p99']:.1f} ms, saturated {summary['saturated']}")
+          f"simulated requests/s; TTFT p99 {summary.ttft_ms.p99:.0f} ms, TPOT p99 "
+          f"{summary.tpot_ms.p99:.1f} ms, saturated {summary.saturated}")
     prefix = azure_conv_like(args.reference_requests, qps, seed=1)
-    coeffs = coefficients(model, gpu).as_tuple()
+    coeffs = scenario.coefficients.as_tuple()
     started = time.perf_counter()
     ref = run_reference(prefix.arrival_s, prefix.input_tokens, prefix.output_tokens, cfg, coeffs)
     ref_s = time.perf_counter() - started
@@ -64,16 +65,16 @@ def main() -> None:
     assert np.array_equal(ref.finish, fast.finish), "fast and reference loops disagree"
     print(f"reference loop: {prefix.n:,} requests in {ref_s:.2f} s = {prefix.n / ref_s:,.0f} requests/s; fast on the "
           f"same prefix {fast_s:.4f} s; speedup {ref_s / fast_s:,.0f}x (identical results)")
-    sessions(work, model, gpu, cfg)
+    sessions(work, scenario)
 
 
-def sessions(work: SimWorkload, model, gpu, cfg, count: int = 2) -> None:
+def sessions(work: SimWorkload, scenario: Scenario, count: int = 2) -> None:
     """Several app sessions simulating at once: the compiled loops release the GIL, so they overlap on cores."""
     started = time.perf_counter()
     for _ in range(count):
-        simulate(work, model, gpu, cfg)
+        simulate(work, scenario)
     one_by_one = time.perf_counter() - started
-    threads = [threading.Thread(target=simulate, args=(work, model, gpu, cfg)) for _ in range(count)]
+    threads = [threading.Thread(target=simulate, args=(work, scenario)) for _ in range(count)]
     started = time.perf_counter()
     for t in threads:
         t.start()

@@ -1,4 +1,4 @@
-"""The serving scenario every capacity page shares: model, GPU, TP and vLLM's memory flags, bound to the URL."""
+"""The serving scenario every capacity page shares, bound to the URL: one set of widgets, one Scenario."""
 
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from pathlib import Path
 
 import streamlit as st
 
-from planner.catalog.gpus import GPUS
+from planner.capacity.memory import Overheads
+from planner.capacity.vllm_log import overheads_from_log
+from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
 from planner.errors import PlannerError
+from planner.scenario import Scenario, default_limits
+from planner.sim.cost_model import CostParams, params_from_json
+from planner.sim.engines import ENGINES
 
 URL = {"bind": "query-params", "persist_state": "page"}
 UPLOADED = "uploaded config.json"
+REMEDIES = {"none": {}, "reserve predicted p75": {"reserve_quantile": 0.75},
+            "reserve predicted p95": {"reserve_quantile": 0.95},
+            "shortest predicted first": {"priority": "shortest-predicted"}}
 
 
 def model_choice():
@@ -40,8 +48,30 @@ def model_choice():
             st.stop()
 
 
-def scenario() -> dict:
-    """Model, GPU and vLLM memory settings from the widgets (defaults are vLLM's own)."""
+def _gib(value: float | None) -> int | None:
+    return None if value is None else int(round(value * GiB))
+
+
+def _cost_params() -> CostParams:
+    """The cost model: defaults, or a calibration file uploaded in this session (kept across pages)."""
+    upload = st.file_uploader("Cost model calibration (a file `calibrate -o` wrote)", type=["json"],
+                              key="calibration_file")
+    if upload is not None:
+        try:
+            st.session_state["cost_params"] = params_from_json(upload.getvalue().decode("utf-8", "replace"),
+                                                               upload.name)
+        except PlannerError as exc:
+            st.error(str(exc))
+            st.stop()
+    params = st.session_state.get("cost_params", CostParams())
+    st.caption(f"Cost model: {params.source}")
+    return params
+
+
+def scenario() -> Scenario:
+    """Model, GPU, TP, dtypes, vLLM's memory flags and overheads (or a pasted startup log), the engine and its
+    settings and the cost model, from the widgets; a value ``vllm serve`` would refuse is shown as the error and
+    stops the page. Inputs left empty take the value shown as "auto", which is what applies."""
     c = st.columns(4)
     with c[0]:
         model = model_choice()
@@ -52,29 +82,85 @@ def scenario() -> dict:
     util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **URL,
                              help="Fraction of the memory CUDA reports that vLLM may use")
     c = st.columns(5)
-    max_len = c[0].number_input("max_model_len", 0, 10_000_000, 0, 1024, key="max_len", **URL,
-                                help="0: the model's max_position_embeddings")
+    max_len = c[0].number_input("max_model_len", 1, 10_000_000, None, 1024, key="max_len", **URL,
+                                placeholder=f"auto: {model.max_position:,}",
+                                help="Empty: the model's max_position_embeddings")
     kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **URL)
-    weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **URL)
+    weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **URL,
+                                  help=f"model default: {model.weight_dtype}")
     block = c[3].selectbox("Block size", [16, 32, 64], key="block", **URL)
     price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, key="price",
                               **URL, help="Your price; the default is a typical on-demand cloud rate")
     gpu = GPUS[gpu_name].with_price(price)
+    with st.expander("Engine and scheduler limits"):
+        c = st.columns(4)
+        engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,
+                                help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
+        chunked = c[1].toggle("Chunked prefill", True, key="chunked", **URL)
+        auto = default_limits(gpu, max_len or model.max_position, chunked)
+        seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **URL,
+                                 placeholder=f"auto: {auto['max_num_seqs']:,}", help="Empty: vllm serve's default here")
+        batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **URL,
+                                    placeholder=f"auto: {auto['max_num_batched_tokens']:,}",
+                                    help="Empty: vllm serve's default here")
+        c = st.columns(3)
+        max_new = c[0].number_input("max_new_tokens", 1, 1_000_000, None, 64, key="max_new", **URL,
+                                    placeholder="no cap", help="Empty: no cap; reserving engines then reserve up to "
+                                                               "max_model_len")
+        preemption = c[1].selectbox("Preemption (vLLM V0)", ["recompute", "swap"], key="preemption", **URL,
+                                    disabled=len(ENGINES[engine].preemption_modes) < 2,
+                                    help="vLLM V1 and the reserving engines always recompute")
+        remedy = c[2].selectbox("Remedy (vLLM V1)", list(REMEDIES), key="remedy", **URL,
+                                disabled=engine != "vllm-v1")
+    with st.expander("Memory overheads, startup log and cost model"):
+        c = st.columns(4)
+        activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **URL,
+                                       placeholder="estimated", help="Empty: estimated from the scheduler limits")
+        non_torch = c[1].number_input("Non-torch (GiB)", 0.0, 50.0, None, 0.1, key="nontorch", **URL,
+                                      placeholder="estimated", help="Empty: 0.25 GiB, 2.1 GiB with NCCL under TP")
+        graphs = c[2].number_input("CUDA graphs (GiB)", 0.0, 20.0, None, 0.1, key="graphs", **URL,
+                                   placeholder="estimated", help="Empty: estimated from the layers and max_num_seqs")
+        override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **URL,
+                                     placeholder="computed")
+        counted = st.toggle("CUDA graphs inside the budget", True, key="graphs_counted", **URL,
+                            help="vLLM ≥ 0.21 subtracts estimated CUDA-graph memory before sizing the KV cache; "
+                                 "earlier versions captured graphs outside it")
+        log_text = st.text_area("vLLM startup log", key="vllm_log", height=120, persist_state="session",
+                                placeholder="Model loading took 14.99 GiB …\nAvailable KV cache memory: 54.49 GiB …",
+                                help="Fits the overheads (and the GPU's memory) so the plan reproduces this server; "
+                                     "kept while you switch pages")
+        cost = _cost_params()
+    overheads = Overheads(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
+                          cudagraph_bytes=_gib(graphs), cudagraph_counted=counted,
+                          source="entered" if activation or non_torch or graphs else "defaults")
+    try:
+        if log_text.strip():
+            gpu, overheads = overheads_from_log(log_text, gpu, util)
+        out = Scenario(model, gpu, tp=int(tp), weight_dtype=None if weight_dtype == "model default" else weight_dtype,
+                       kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
+                       block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,
+                       max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
+                       preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",
+                       max_new_tokens=max_new, cost=cost, **(REMEDIES[remedy] if engine == "vllm-v1" else {}))
+    except PlannerError as exc:
+        st.error(str(exc))
+        st.stop()
+    if log_text.strip():
+        o = out.overheads
+        st.success(f"Overheads fitted from the log: weights {o.weights_bytes / GiB:.2f} GiB per GPU, activation "
+                   f"{o.activation_bytes / GiB:.2f} GiB, non-torch {o.non_torch_bytes / GiB:.2f} GiB, CUDA graphs "
+                   f"{o.cudagraph_bytes / GiB:.2f} GiB (outside the budget), GPU memory {gpu.memory_gib:.2f} GiB.")
     st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "
-               f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; ${gpu.price_per_hour * tp:.2f}/hour "
-               f"per replica of {tp}. {gpu.help}")
-    return {"model": model, "gpu": gpu, "tp": int(tp), "gpu_memory_utilization": float(util),
-            "max_model_len": int(max_len) or None, "kv_cache_dtype": kv_dtype, "block_size": int(block),
-            "weight_dtype": model.weight_dtype if weight_dtype == "model default" else weight_dtype}
+               f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; "
+               f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}. {gpu.help}")
+    return out
 
 
-def search_controls(s: dict) -> dict:
-    """SLO classes, headroom, engine and the compared options of a recommendation (Recommend and Report pages
-    share them, and the URL): the ``params`` :func:`pages._shared.recommendation` caches on. A malformed SLO class
-    or TP list is shown as an error and stops the page, before any search runs."""
-    from planner.recommend.search import parse_slo
-    from planner.sim.engines import ENGINES
+def search_controls() -> dict:
+    """SLO classes, headroom and the compared options of a recommendation (Recommend and Report pages share them,
+    and the URL). A malformed SLO class or TP list is shown as an error and stops the page, before any search."""
+    from planner.recommend.plan import RecommendOptions, slo_classes
 
     c = st.columns([3, 1])
     slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **URL,
@@ -82,26 +168,20 @@ def search_controls(s: dict) -> dict:
                                     "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
                                     "requests meet both); a throughput class (no latency bound) is always added")
     headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **URL)
-    c = st.columns(3)
-    engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,
-                            help="; ".join(f"{e.name}: {e.label}" for e in ENGINES.values())
-                            + ". vllm-v0 also compares recompute and swap preemption.")
-    tp_text = c[1].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **URL,
+    c = st.columns(2)
+    tp_text = c[0].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **URL,
                               help="by requests/s per GPU; empty: the scenario's TP")
-    caps_text = c[2].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **URL,
+    caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **URL,
                                 help="none, integers, or pNN percentiles of the trace's output lengths")
     slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
     try:
-        for text in slos:
-            parse_slo(text)
+        slo_classes(slos)
         tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
+        return RecommendOptions(slos=slos, headroom=float(headroom), tp_options=tp_options,
+                                max_new_tokens_options=tuple(t.strip() for t in caps_text.split(",") if t.strip()))
     except PlannerError as exc:
         st.error(str(exc))
         st.stop()
     except ValueError:
         st.error(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4")
         st.stop()
-    return {"model": repr(s["model"]), "gpu": repr(s["gpu"]), "tp": s["tp"], "util": s["gpu_memory_utilization"],
-            "max_len": s["max_model_len"], "kv_dtype": s["kv_cache_dtype"], "slos": slos, "headroom": headroom,
-            "engine": engine, "tp_options": tp_options,
-            "caps": tuple(t.strip() for t in caps_text.split(",") if t.strip())}

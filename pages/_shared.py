@@ -110,41 +110,23 @@ def request_lengths(trace_id: str):
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def simulation(trace_id: str, params: dict, _model, _gpu):
-    """A simulation's summary plus per-request TTFT and TPOT, cached per trace and parameters (the model's full
-    spec is part of ``params``, so an uploaded config.json caches apart from a preset of the same name)."""
-    from planner.sim.run import engine_settings, simulate, summarize
+def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
+    """A replay's typed summary plus per-request TTFT and TPOT, cached per trace, scenario (its key covers every
+    field, the model's whole spec included) and workload choice."""
+    from planner.sim.results import summarize
+    from planner.sim.run import simulate
     from planner.sim.workload import from_fits, synthetic
     from planner.workload.replay import from_trace
 
-    remedy = params["remedy"]
-    settings = engine_settings(
-        _model, _gpu, tp=params["tp"], max_num_seqs=params["seqs"], max_num_batched_tokens=params["batched"],
-        chunked_prefill=params["chunked"], preemption=params["preemption"], max_new_tokens=params["max_new"],
-        gpu_memory_utilization=params["util"], max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
-        block_size=params["block"],
-        reserve_quantile={"reserve predicted p75": 0.75, "reserve predicted p95": 0.95}.get(remedy),
-        priority="shortest-predicted" if remedy == "shortest predicted first" else "fcfs")
-    if params["source"] == "synthetic":
-        work = synthetic(params["spec"])
-    elif params["source"] == "trace replay":
-        work = from_trace(connection(), trace_id, rate_scale=params["scale"])
+    if workload["source"] == "synthetic":
+        work = synthetic(workload["spec"])
+    elif workload["source"] == "trace replay":
+        work = from_trace(connection(), trace_id, rate_scale=workload["scale"])
     else:
         fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
-        work = from_fits(*fits, n=10_000, qps=params["qps"])
-    result = simulate(work, _model, _gpu, settings, engine=params["engine"], tp=params["tp"],
-                      kv_cache_dtype=params["kv_dtype"])
+        work = from_fits(*fits, n=10_000, qps=workload["qps"])
+    result = simulate(work, _scenario)
     return summarize(result), result.ttft_s, result.tpot_s
-
-
-def recommend_options(params: dict, details: bool = False):
-    """The :class:`planner.recommend.plan.RecommendOptions` of :func:`pages._scenario.search_controls`' params."""
-    from planner.recommend.plan import RecommendOptions
-
-    return RecommendOptions(tp=params["tp"], engine=params["engine"], gpu_memory_utilization=params["util"],
-                            max_model_len=params["max_len"], kv_cache_dtype=params["kv_dtype"],
-                            slos=params["slos"], headroom=params["headroom"], tp_options=params["tp_options"],
-                            max_new_tokens_options=params["caps"], details=details)
 
 
 @st.cache_resource(show_spinner=False)
@@ -152,23 +134,43 @@ def _recommendations() -> tuple[OrderedDict, threading.Lock]:
     return OrderedDict(), threading.Lock()
 
 
-def recommendation(trace_id: str, params: dict, model, gpu, progress=None) -> dict:
-    """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace and parameters for every
-    session (the 16 most recent). Not ``st.cache_data``: it would record the progress bar's updates and replay them
-    into the page that asks next, which fails when that is another page (Report after Recommend)."""
+def recommendation(trace_id: str, scenario, options, progress=None):
+    """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace, scenario and options for
+    every session (the 16 most recent). Not ``st.cache_data``: it would record the progress bar's updates and
+    replay them into the page that asks next, which fails when that is another page (Report after Recommend)."""
+    from dataclasses import replace
+
     from planner.recommend.plan import plan_recommendation
     from planner.workload.replay import from_trace
 
-    key = (trace_id, json.dumps(params, sort_keys=True, default=str))
+    options = replace(options, details=True)
+    key = (trace_id, scenario.key, json.dumps(options.to_dict(), sort_keys=True))
     results, lock = _recommendations()
     with lock:
         if key in results:
             results.move_to_end(key)
             return results[key]
-    out = plan_recommendation(from_trace(connection(), trace_id), model, gpu, recommend_options(params, details=True),
-                              progress=progress)
+    out = plan_recommendation(from_trace(connection(), trace_id), scenario, options, progress=progress)
     with lock:
         results[key] = out
         while len(results) > 16:
             results.popitem(last=False)
     return out
+
+
+def show_table(table, key: str, **kwargs) -> None:
+    """A :class:`planner.tables.Table` (or a list of records) as a data grid, the page's twin of the report's
+    table: empty cells read "—", never "None"; as wide as its container, scrolling sideways when wider."""
+    import polars as pl
+
+    from planner.tables import Table
+
+    table = table if isinstance(table, Table) else Table.of(list(table))
+    st.dataframe(pl.DataFrame(table.display_columns(), strict=False), hide_index=True, key=key, width="stretch",
+                 **kwargs)
+
+
+def show_rejections(note: str | None) -> None:
+    """The one warning every simulating page shows when prompts do not fit ``max_model_len``."""
+    if note:
+        st.warning(note, icon=":material/block:")

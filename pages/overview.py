@@ -5,7 +5,7 @@ import json
 import polars as pl
 import streamlit as st
 
-from pages._shared import rejects_csv, selected_trace, trace_stats
+from pages._shared import rejects_csv, selected_trace, show_table, trace_stats
 from planner.traces.timestamps import describe_resolution
 from planner.workload.stats import percentile_rows
 
@@ -35,9 +35,9 @@ st.subheader("Percentiles", help="Exact (linear interpolation between order stat
              "over non-failed requests")
 rows = percentile_rows({k: stats[k] for k in ("input_tokens", "output_tokens", "total_tokens")}
                        | {f"{k}_ms": v for k, v in stats["latency_ms"].items()})
-st.dataframe(pl.DataFrame(rows), hide_index=True, key="overview_percentiles",
-             column_config={c: st.column_config.NumberColumn(format="%.1f") for c in
-                            ("mean", "p50", "p90", "p95", "p99", "p999", "max")})
+show_table(rows, "overview_percentiles",
+           column_config={c: st.column_config.NumberColumn(format="%.1f") for c in
+                          ("mean", "p50", "p90", "p95", "p99", "p999", "max")})
 
 st.subheader("Arrivals")
 if arrivals is None:

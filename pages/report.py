@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages._scenario import scenario, search_controls
-from pages._shared import connection, recommend_options, recommendation, require_frame, selected_trace, workspace_owner
+from pages._shared import connection, recommendation, require_frame, selected_trace, show_rejections, workspace_owner
 from planner.errors import PlannerError
 from planner.report.build import build_report
 from planner.report.render import markdown_text
@@ -16,7 +16,7 @@ info = selected_trace()
 if info is None:
     st.info("Select a trace in the sidebar.")
     st.stop()
-params = search_controls(s)
+options = search_controls()
 st.caption("Workload and fits, memory and capacity, a replay at the trace's own rate, recommendations with "
            "commands, sensitivity plots and every assumption, with the trace's content hash: one file that opens "
            "offline. Saving stores it under an unguessable link that opens it read-only for anyone who has it.")
@@ -26,13 +26,13 @@ if st.button("Build and save the report", type="primary", key="report_build"):
     try:
         rec = None
         if info.has_timestamps:     # the Recommend page's cached search, when it ran with the same settings
-            rec = recommendation(info.trace_id, params, s["model"], s["gpu"],
+            rec = recommendation(info.trace_id, s, options,
                                  lambda f, m: bar.progress(0.8 * min(f, 1.0), text=f"recommending: {m}"))
-        body = build_report(connection(), info.trace_id, s["model"], s["gpu"], recommend_options(params),
-                            recommendation=rec,
-                            progress=lambda f, m: bar.progress(0.8 + 0.15 * min(f, 1.0), text=m))
+        report = build_report(connection(), info.trace_id, s, options, recommendation=rec,
+                              progress=lambda f, m: bar.progress(0.8 + 0.15 * min(f, 1.0), text=m))
         bar.progress(0.96, text="rendering charts")
-        st.session_state["report_saved"] = publish_report(connection(), body, workspace_owner()).report_id
+        st.session_state["report_saved"] = publish_report(connection(), report, workspace_owner()).report_id
+        st.session_state["report_note"] = report.simulation.rejection_note if report.simulation else None
         bar.progress(1.0, text="saved")
     except PlannerError as exc:
         bar.empty()
@@ -45,6 +45,7 @@ if saved_id:
     saved = load_report(connection(), saved_id)
     link = f"{base_url}/?report={saved_id}"
     st.success("Saved: " + markdown_text(saved.title))
+    show_rejections(st.session_state.get("report_note"))
     st.code(link, language=None)
     stem = f"capacity-report-{saved_id}"
     c = st.columns(3)

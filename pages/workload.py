@@ -1,9 +1,8 @@
 """Workload: length and arrival distributions fitted honestly, the joint view and latency by length bucket."""
 
-import polars as pl
 import streamlit as st
 
-from pages._shared import length_fit, rate_table, selected_trace, trace_stats, workload_report
+from pages._shared import length_fit, rate_table, selected_trace, show_table, trace_stats, workload_report
 from planner.charts import workload as charts
 from planner.workload.stats import LENGTH_FIELDS, percentile_rows
 from planner.workload.tables import DEFAULT_BUCKET_EDGES
@@ -42,8 +41,8 @@ if tab_lengths.open:
         m[3].metric("Censored", f"{fit.censored_fraction:.2%}")
         if fit.dropped_nonpositive:
             st.caption(f"{fit.dropped_nonpositive:,} zero-length requests are outside every family and not fitted.")
-        st.dataframe(pl.DataFrame(fit.ranking_rows()), hide_index=True, key="fit_ranking",
-                     column_config=NUMBER | {"p50": st.column_config.NumberColumn("p50 fitted", format="%.4g")})
+        show_table(fit.ranking_rows(), "fit_ranking",
+                   column_config=NUMBER | {"p50": st.column_config.NumberColumn("p50 fitted", format="%.4g")})
         st.caption("Empirical quantiles: " + ", ".join(f"{k} {v:,.4g}" for k, v in fit.empirical_quantiles.items())
                    + ". Ranked by AIC; KS is a sanity check (ties and caps inflate it), not the ranking.")
         label = field.replace("_", " ")
@@ -54,18 +53,17 @@ if tab_lengths.open:
 
         st.subheader("Percentiles", help="Exact, over non-failed requests")
         stats = trace_stats(info.trace_id)
-        st.dataframe(pl.DataFrame(percentile_rows({f: stats[f] for f in LENGTH_FIELDS})), hide_index=True,
-                     key="length_percentiles", column_config=NUMBER)
+        show_table(percentile_rows({f: stats[f] for f in LENGTH_FIELDS}), "length_percentiles",
+                   column_config=NUMBER)
         window_label = st.selectbox("Time window", list(WINDOWS), key="window", **URL,
                                     disabled=not info.has_timestamps)
         report = workload_report(info.trace_id, WINDOWS[window_label], DEFAULT_BUCKET_EDGES)
         if report["per_model"]:
             st.markdown("**Per model**")
-            st.dataframe(pl.DataFrame(report["per_model"]), hide_index=True, key="per_model", column_config=NUMBER)
+            show_table(report["per_model"], "per_model", column_config=NUMBER)
         if report["per_window"]:
             st.markdown(f"**Per {report['window_s']:g} s window** (group = window start, s from the first request)")
-            st.dataframe(pl.DataFrame(report["per_window"]), hide_index=True, key="per_window",
-                         column_config=NUMBER)
+            show_table(report["per_window"], "per_window", column_config=NUMBER)
 
 if tab_arrivals.open:
     with tab_arrivals:
@@ -99,10 +97,10 @@ if tab_arrivals.open:
             c1.altair_chart(charts.dispersion_chart(arrivals["dispersion"]), key="dispersion")
             c2.markdown(f"**Inter-arrival fits** (gaps in seconds; {fit['tie_fraction']:.1%} ties censored below "
                         "the clock's resolution)")
-            c2.dataframe(pl.DataFrame([{"family": c["family"], "aic": c["aic"], "ks": c["ks"],
-                                        "params": ", ".join(f"{k}={v:.4g}" for k, v in c["params"].items())}
-                                       for c in fit["candidates"]]), hide_index=True, key="gap_fits",
-                         column_config=NUMBER)
+            with c2:
+                show_table([{"family": c["family"], "aic": c["aic"], "ks": c["ks"],
+                             "params": ", ".join(f"{k}={v:.4g}" for k, v in c["params"].items())}
+                            for c in fit["candidates"]], "gap_fits", column_config=NUMBER)
 
 if tab_joint.open:
     with tab_joint:
@@ -132,5 +130,6 @@ if tab_latency.open:
                              f"bucket **{buckets['driver']}** holds most requests above it")
                 col.altair_chart(charts.bucket_chart(buckets["buckets"], lat_field, by_field),
                                  key=f"bucket_{lat_field}_{by_field}")
-                col.dataframe(pl.DataFrame(buckets["buckets"]).drop("lo", "hi"), hide_index=True,
-                              key=f"buckets_{lat_field}_{by_field}", column_config=NUMBER)
+                with col:
+                    show_table([{k: v for k, v in b.items() if k not in ("lo", "hi")} for b in buckets["buckets"]],
+                               f"buckets_{lat_field}_{by_field}", column_config=NUMBER)

@@ -4,6 +4,13 @@ import pytest
 from helpers import ROOT
 from streamlit.testing.v1 import AppTest
 
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.recommend.search import Search
+from planner.scenario import Scenario
+from planner.traces import store
+from planner.workload.replay import from_trace
+
 BURST = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
          b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n"
          b"50,GPT-4,0,0,0,Conversation log\n60,ChatGPT,abc,12,12,API log\n")
@@ -29,7 +36,15 @@ def table_with(at, column: str):
 def test_overview_shows_the_bundled_sample(app):
     got = metrics(app)
     assert got["Requests"] == "8,397" and got["Failed"] == "47" and got["Rejected"] == "0"
-    assert got["Inter-arrival CV"] == "2.13"
+    assert got["Inter-arrival CV"] == "2.12"          # of the 8,350 requests that did not fail
+    # the mean rate is the one every replay scales: (n - 1) / span over the non-failed requests
+    con = store.open_store(store.default_db_path())
+    workload = from_trace(con, "sample_chat")
+    con.close()
+    assert workload.n == 8_350
+    assert got["Mean rate"] == f"{(workload.n - 1) / workload.arrival_s[-1]:.3g} req/s"
+    search = Search(workload, Scenario(get_model("llama-3-8b"), get_gpu("h100-sxm")))
+    assert got["Mean rate"] == f"{search.base_rate:.3g} req/s"
     table = table_with(app, "p999")
     assert list(table["field"]) == ["input_tokens", "output_tokens", "total_tokens", "ttft_ms", "tpot_ms", "e2e_ms"]
     assert table["p50"][0] == 662.0
@@ -117,7 +132,7 @@ def test_workload_page_fits_the_sample(app):
 
 
 @pytest.mark.parametrize("view, expected", [
-    ("Arrivals", {"Inter-arrival CV": "2.13", "Poisson?": "rejected", "Mean rate": "1.56 req/s"}),
+    ("Arrivals", {"Inter-arrival CV": "2.12", "Poisson?": "rejected", "Mean rate": "1.55 req/s"}),
     ("Joint", {"Spearman ρ (input, output)": "-0.005"}),
 ])
 def test_workload_views_are_bound_to_the_url(tmp_path, monkeypatch, view, expected):

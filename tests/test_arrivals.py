@@ -95,8 +95,9 @@ def test_peak_summary_worked_example():
     t = np.concatenate([np.arange(600.0), 600 + np.arange(31 * 60) / 31.0])
     summary = peak_summary(t)
     span = t.max() - t.min()
-    assert summary["mean_rate_rps"] == pytest.approx(t.size / span)
-    assert summary["peak_to_mean"]["60s"] == pytest.approx(31.0 / (t.size / span), rel=1e-9)
+    # the mean rate is the one definition: n arrivals have n - 1 gaps over the span
+    assert summary["mean_rate_rps"] == pytest.approx((t.size - 1) / span)
+    assert summary["peak_to_mean"]["60s"] == pytest.approx(31.0 / ((t.size - 1) / span), rel=1e-9)
     starts, rates = rate_series(t, 60.0)
     assert list(rates) == [1.0] * 10 + [31.0]
     assert summary["peak_rate_rps"] == pytest.approx(np.percentile(rates, 99))

@@ -1,12 +1,13 @@
 """Reservation policies, padding, fit check, preemption cost, trace concurrency and the vLLM log reader."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from planner.capacity.concurrency import fit_check, trace_concurrency
-from planner.capacity.memory import plan_memory
 from planner.capacity.padding import expected_useful_fraction, useful_fraction
-from planner.capacity.preemption import PreemptionCosts, preemption_cost
+from planner.capacity.preemption import preemption_cost
 from planner.capacity.reservation import (
     POLICIES,
     concurrency_ceiling,
@@ -18,6 +19,10 @@ from planner.capacity.reservation import (
 from planner.capacity.vllm_log import fit_overheads, parse_log
 from planner.catalog.gpus import GiB, get_gpu
 from planner.catalog.presets import get_model
+from planner.scenario import Scenario
+from planner.sim.cost_model import predict_step
+from planner.sim.run import simulate
+from planner.sim.workload import SimWorkload
 
 V019_LOG = """\
 (EngineCore pid=243) DEBUG 04-22 01:47:26 [v1/worker/gpu_worker.py:284] worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB
@@ -48,28 +53,46 @@ def test_seed_page_formula_reproduces_its_table():
 
 def test_engine_reservations_follow_their_rules():
     prompt, output = np.array([100.0, 2000.0]), np.array([50.0, 3000.0])
-    assert list(POLICIES["vllm"].peak_tokens(prompt, output, 4096)) == [160.0, 5008.0]      # lazy: final length
-    assert list(POLICIES["trtllm"].peak_tokens(prompt, output, 512)) == [640.0, 2528.0]     # prompt + max, 32s
-    assert list(POLICIES["tgi"].peak_tokens(prompt, output, 4096)) == [1136.0, 5072.0]      # 1024-token chunks
+    assert list(POLICIES["vllm-v1"].peak_tokens(prompt, output, 4096, 16)) == [160.0, 5008.0]  # lazy: final length
+    assert list(POLICIES["vllm-v1"].peak_tokens(prompt, output, 4096, 32)) == [160.0, 5024.0]  # the scenario's blocks
+    assert list(POLICIES["trtllm"].peak_tokens(prompt, output, 512, 16)) == [640.0, 2528.0]    # prompt + max, 32s
+    assert list(POLICIES["orca"].peak_tokens(prompt, output, 512, 16)) == [624.0, 2512.0]      # prompt + max
+    assert list(POLICIES["tgi"].peak_tokens(prompt, output, 4096, 16)) == [1136.0, 5072.0]     # 1024-token chunks
     # SGLang: prompt + generated + ratio × min(what max_new still allows, 4096)
-    sglang = POLICIES["sglang"].peak_tokens(prompt, output, 8192.0)
+    sglang = POLICIES["sglang"].peak_tokens(prompt, output, 8192.0, 16)
     assert list(sglang) == pytest.approx([100 + 50 + 0.7 * 4096, 2000 + 3000 + 0.7 * 4096])
-    decayed = POLICIES["sglang-decayed"].peak_tokens(prompt, output, 8192.0)
-    assert np.all(decayed < POLICIES["sglang"].peak_tokens(prompt, output, 8192.0))
+    decayed = POLICIES["sglang-decayed"].peak_tokens(prompt, output, 8192.0, 16)
+    assert np.all(decayed < POLICIES["sglang"].peak_tokens(prompt, output, 8192.0, 16))
+    assert {p.label for p in POLICIES.values() if p.simulated} >= {"vLLM V1 / vLLM V0 (historical)", "HF TGI"}
+
+
+def test_the_reservation_view_is_the_engines_own_admission_rule():
+    """The reserving engines admit by the rule the view applies: with every request arriving at once, the loop runs
+    as many at once as the pool holds reservations made at admission (the view's hold of a request that has not
+    generated yet: a one-token output)."""
+    model, gpu = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+    prompt, output = np.full(64, 300), np.full(64, 2500)
+    work = SimWorkload(np.zeros(64), prompt, output, "equal requests")
+    for engine in ("tgi", "trtllm", "orca"):
+        scenario = Scenario(model, gpu, engine=engine, num_gpu_blocks=4000, max_new_tokens=3000, max_model_len=8192)
+        held = POLICIES[engine].peak_tokens(prompt[:1].astype(float), np.ones(1), 3000, scenario.block_size)[0]
+        result = simulate(work, scenario)
+        peak_running = int(result.timeline[:, 1].max())
+        assert peak_running == min(scenario.max_num_seqs, int(4000 * 16 // held)), engine
 
 
 def test_tradeoff_properties():
     rng = np.random.default_rng(0)
     prompt = rng.integers(10, 2000, 500).astype(float)
     output = np.minimum(rng.lognormal(5, 1, 500).round() + 1, 4000)
-    rows = tradeoff_table(400_000, prompt, output)
+    rows = tradeoff_table(400_000, prompt, output, 16)
     for policy in POLICIES:
         series = [r for r in rows if r["policy"] == policy]
         ceilings = [r["concurrency"] for r in series]
         assert ceilings == sorted(ceilings, reverse=True), policy         # larger max_new never fits more
         if policy != "seed":                                              # the seed ignores the prompt
             assert all(r["over_reservation"] >= 1 - 1e-9 for r in series)
-    vllm = [r for r in rows if r["policy"] == "vllm"]
+    vllm = [r for r in rows if r["policy"] == "vllm-v1"]
     assert all(r["over_reservation"] < 1.02 for r in vllm)                # only block rounding
     shares = [r["exceed_share"] for r in vllm]
     assert shares == sorted(shares, reverse=True)
@@ -93,35 +116,57 @@ def test_padding_worked_example_and_expectation():
 
 
 def test_fit_check_explains_the_seeds_70b_on_two_a100s():
-    check = fit_check(get_model("llama-3-70b"), get_gpu("a100-80gb-sxm"), sequences=32, tokens=4096)
+    llama70 = Scenario(get_model("llama-3-70b"), get_gpu("a100-80gb-sxm"))
+    check = fit_check(llama70, sequences=32, tokens=4096)
     assert check.tp == 4
     by_tp = {t["tp"]: t for t in check.tried}
     assert "no room for KV" in by_tp[1]["reason"]
     assert by_tp[2]["sequences_fit"] < 32 and "short of 32" in by_tp[2]["reason"]
     assert by_tp[4]["sequences_fit"] >= 100          # the seed's ≈116 at 4K on 4 GPUs, less vLLM's overheads
+    # the scenario's own dtypes and block size: fp8 weights and KV fit 32 sequences on two GPUs; the blocks each
+    # TP degree reports are its plan's
+    fp8 = fit_check(llama70.replace(weight_dtype="fp8", kv_cache_dtype="fp8", block_size=32), 32, 4096)
+    assert fp8.tp == 2
+    assert fp8.tried[-1]["sequences_fit"] == llama70.replace(
+        tp=2, weight_dtype="fp8", kv_cache_dtype="fp8", block_size=32, max_model_len=4096).memory.num_blocks // 128
+
+
+def test_fit_check_keeps_overheads_fitted_from_a_log_and_scales_its_weights():
+    parsed = parse_log(V019_LOG)
+    scenario = Scenario(get_model("llama-3.1-8b"), get_gpu("h100-sxm"), gpu_memory_utilization=0.95,
+                        overheads=fit_overheads(parsed, int(np.ceil(parsed.total_bytes * 0.95))))
+    check = fit_check(scenario, sequences=1, tokens=8192)
+    assert check.tp == 1
+    assert check.tried[0]["kv_pool_gib"] == pytest.approx(58.11, abs=0.006)      # the log's pool, not an estimate
+    at_two = fit_check(scenario, sequences=10_000, tokens=8192).tried[1]
+    assert at_two["tp"] == 2 and at_two["kv_pool_gib"] == pytest.approx(58.11 + 14.99 / 2, abs=0.01)
 
 
 def test_trace_concurrency_uses_whole_blocks_and_names_the_binding_limit():
-    plan = plan_memory(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), num_gpu_blocks=1000)
+    plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), num_gpu_blocks=1000).memory
     got = trace_concurrency(plan, np.array([1.0, 16.0, 17.0, 31.0]))
     assert got["concurrency_at_mean"] == pytest.approx(16_000 / np.mean([16, 16, 32, 32]))
     assert got["binding"] == "max_num_seqs"          # 666 fit by KV, but only 256 sequences are scheduled
 
 
-def test_preemption_crossover_is_computed_from_the_costs():
-    model, gpu = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
-    lengths = np.arange(16, 65_536 + 1, 16, dtype=float)
-    cost = preemption_cost(model, gpu, lengths)
+def test_preemption_costs_are_the_cost_models_and_the_engines():
+    scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"))
+    lengths = np.arange(16, 8192 + 1, 16, dtype=float)
+    cost = preemption_cost(scenario, lengths)
     assert np.all(np.diff(cost["recompute_s"]) > 0) and np.all(np.diff(cost["swap_s"]) > 0)
-    # swap is linear in length; recompute gains a quadratic attention term: their ratio moves monotonically
-    ratio = cost["recompute_s"] / cost["swap_s"]
-    assert np.all(np.diff(ratio) > 0)
-    slow_pcie = preemption_cost(model, get_gpu("a100-80gb-pcie"), lengths, costs=PreemptionCosts(pcie_efficiency=0.25))
-    crossing = slow_pcie["crossover_tokens"]
-    assert crossing is not None and 16 < crossing < 65_536 and slow_pcie["swap_cheaper_above"]
+    # recompute is one prefill step as the cost model prices it; swap is the V0 engine's per-block cost, twice
+    for n in (16, 1024, 8192):
+        step = predict_step(scenario, [(n, 0)], [])["step_ms"] / 1e3
+        assert cost["recompute_s"][int(n // 16) - 1] == pytest.approx(step, rel=1e-12)
+    assert np.allclose(cost["swap_s"], 2 * np.ceil(lengths / 16) * scenario.settings.swap_s_per_block, rtol=1e-12)
+    # a step reads every weight: a short sequence costs a whole weight read to recompute and little to swap
+    assert cost["swap_s"][0] < cost["recompute_s"][0]
+    slow_host = scenario.replace(gpu=replace(scenario.gpu, pcie_bytes_s=scenario.gpu.pcie_bytes_s / 20))
+    slow = preemption_cost(slow_host, lengths)
+    crossing = slow["crossover_tokens"]
+    assert crossing is not None and 16 < crossing < 8192 and not slow["swap_cheaper_above"]
     i = int(np.searchsorted(lengths, crossing))
-    assert slow_pcie["recompute_s"][i - 1] <= slow_pcie["swap_s"][i - 1]
-    assert slow_pcie["recompute_s"][i] > slow_pcie["swap_s"][i]
+    assert slow["swap_s"][i - 1] < slow["recompute_s"][i - 1] and slow["swap_s"][i] >= slow["recompute_s"][i]
 
 
 def test_log_reader_reproduces_the_servers_kv_capacity():
@@ -130,8 +175,8 @@ def test_log_reader_reproduces_the_servers_kv_capacity():
     assert parsed.kv_tokens == 476_016 and parsed.max_model_len == 16_384 and parsed.max_concurrency == 29.05
     h100 = get_gpu("h100-sxm")
     overheads = fit_overheads(parsed, int(np.ceil(parsed.total_bytes * 0.95)))
-    plan = plan_memory(get_model("llama-3-8b"), h100, gpu_memory_utilization=0.95, max_model_len=16384,
-                       overheads=overheads)
+    plan = Scenario(get_model("llama-3.1-8b"), h100, gpu_memory_utilization=0.95, max_model_len=16384,
+                       overheads=overheads).memory
     assert plan.kv_pool_bytes / GiB == pytest.approx(58.11, abs=0.006)
     assert plan.kv_capacity_tokens == pytest.approx(476_016, rel=1e-3)
     assert plan.max_concurrency == pytest.approx(29.05, abs=0.01)

@@ -4,7 +4,10 @@ import altair as alt
 import numpy as np
 import pytest
 
+from planner.catalog.gpus import GiB, get_gpu
+from planner.catalog.presets import get_model
 from planner.charts import workload as charts
+from planner.scenario import Scenario
 from planner.workload.fitting.arrivals import dispersion_curve
 from planner.workload.fitting.lengths import counts_of, fit_lengths
 
@@ -74,6 +77,7 @@ def test_capacity_simulation_and_recommendation_charts_export():
     from planner.charts import capacity as capacity_charts
     from planner.charts import recommend as recommend_charts
     from planner.charts import sim as sim_charts
+    from planner.sim.results import Timeline
 
     points = [{"max_num_seqs": s, "ttft_p99_ms": 100.0 + s, "tpot_p99_ms": 10.0 + s / 10, "throughput_tok_s": 50.0 * s}
               for s in (8, 16, 32)]
@@ -84,11 +88,22 @@ def test_capacity_simulation_and_recommendation_charts_export():
              recommend_charts.pareto_chart(grid, grid[:1]),
              recommend_charts.tornado_chart([{"factor": "arrival rate", "change": "+20%", "value_ms": 5.0,
                                               "baseline_ms": 4.0}]),
-             capacity_charts.breakdown_bar({"weights": 15.0, "activation": 0.6, "non_torch": 0.25,
-                                            "cuda_graphs": 0.6, "kv_cache": 54.0, "outside_budget": 7.9}),
+             capacity_charts.breakdown_bar(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")).memory),
              sim_charts.cdf_chart(sim_charts.latency_quantiles(np.linspace(0.01, 1, 500), "TTFT"), "CDF"),
-             sim_charts.timeline_chart({"time_s": [0.0, 1.0], "running": [1, 2], "waiting": [0, 1],
-                                        "blocks_used": [10, 20], "step_ms": [5.0, 6.0]})]
+             sim_charts.timeline_chart(Timeline([0.0, 1.0], [1, 2], [0, 1], [10, 20], [5.0, 6.0]))]
     for chart in built:
         assert "$schema" in spec(chart)
     assert len(sim_charts.latency_quantiles(np.array([np.nan, 0.5]), "x")) == sim_charts.CDF_POINTS
+
+
+def test_the_memory_breakdown_is_a_banded_bar_of_the_whole_gpu():
+    from planner.charts import capacity as capacity_charts
+
+    plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")).memory
+    chart = capacity_charts.breakdown_bar(plan).to_dict()
+    # a band on a nominal axis: a bar placed at a pixel value has no height in Streamlit's renderer
+    assert chart["encoding"]["y"]["type"] == "nominal" and "value" not in chart["encoding"]["y"]
+    rows = next(iter(chart["datasets"].values()))
+    assert [r["part"] for r in rows] == ["weights", "activation", "non_torch", "cuda_graphs", "kv_cache",
+                                         "outside_budget"]
+    assert sum(r["gib"] for r in rows) == pytest.approx(plan.total_bytes / GiB)     # the six parts fill the GPU

@@ -10,9 +10,10 @@ from helpers import cli_json, run_cli
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.errors import PlannerError
+from planner.scenario import Scenario
 from planner.sim.calibration import fit_points, fit_trace, read_points
-from planner.sim.cost_model import CostParams, batch_aggregates, coefficients, predict_step, step_seconds
-from planner.sim.run import engine_settings, simulate
+from planner.sim.cost_model import CostParams, batch_aggregates, predict_step, step_seconds
+from planner.sim.run import simulate
 from planner.sim.workload import synthetic
 
 LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
@@ -20,21 +21,25 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
 MBU08 = CostParams(mbu=0.8, step_overhead_s=0.0, seq_overhead_s=0.0, roofline_p=64.0)
 
 
+def S(model=LLAMA8, gpu=A100, **fields) -> Scenario:
+    return Scenario(model, gpu, **fields)
+
+
 def test_reference_worked_examples():
     # performance-models.md §3 (A100-80GB SXM, bf16, η = 0.8)
-    decode = predict_step(LLAMA8, A100, [], [(64, 1024)], params=MBU08)
+    decode = predict_step(S(cost=MBU08), [], [(64, 1024)])
     assert decode["bound"] == "memory" and decode["step_ms"] == pytest.approx(15.1, abs=0.5)      # ≈ 15–16 ms
     # ≈ 0.16 s there, counting 2 · all 8.03B parameters per token; the embedding lookup costs no FLOPs and the
     # output head runs only for the sampled position: 2 · 6.98B · 2048 + causal attention 1.1 TFLOP
-    prefill = predict_step(LLAMA8, A100, [(2048, 0)], [], params=CostParams(mfu=0.7, roofline_p=64.0))
+    prefill = predict_step(S(cost=CostParams(mfu=0.7, roofline_p=64.0)), [(2048, 0)], [])
     flops = 2 * (8_030_261_248 - 2 * 128256 * 4096) * 2048 + 4 * 32 * 4096 * 2048 * 2049 / 2 + 2 * 128256 * 4096
     assert prefill["bound"] == "compute"
     assert prefill["compute_ms"] == pytest.approx(flops / (0.7 * 312e12) * 1e3, rel=1e-9)
     assert 130 < prefill["step_ms"] < 160
-    mixed_2048 = predict_step(LLAMA8, A100, [(1984, 0)], [(64, 1024)], params=CostParams(mfu=0.7, roofline_p=64.0))
-    mixed_512 = predict_step(LLAMA8, A100, [(448, 0)], [(64, 1024)], params=CostParams(mfu=0.7, roofline_p=64.0))
+    mixed_2048 = predict_step(S(cost=CostParams(mfu=0.7, roofline_p=64.0)), [(1984, 0)], [(64, 1024)])
+    mixed_512 = predict_step(S(cost=CostParams(mfu=0.7, roofline_p=64.0)), [(448, 0)], [(64, 1024)])
     assert 125 < mixed_2048["step_ms"] < 160 and 30 < mixed_512["step_ms"] < 40           # ≈ 155 / ≈ 38 ms
-    tp4 = predict_step(LLAMA70, A100, [], [(32, 2048)], tp=4, params=CostParams(mbu=0.8, roofline_p=64.0))
+    tp4 = predict_step(S(LLAMA70, tp=4, cost=CostParams(mbu=0.8, roofline_p=64.0)), [], [(32, 2048)])
     assert 26 <= tp4["step_ms"] <= 35                                                            # ≈ 28–33 ms
 
 
@@ -49,32 +54,32 @@ def test_the_default_knee_matches_measured_gemms_near_the_ridge():
     far = 2 * 117.4e6 * 4096 / (0.75 * 312e12) * 1e3
     assert _busy(far, memory_ms, 2.0) == pytest.approx(far, rel=1e-3)                # far from the ridge: compute
     # and a whole step: the smooth knee adds at most sqrt(2)-1 over the ideal roofline, most at the ridge
-    smooth = predict_step(LLAMA8, A100, [], [(64, 1024)], params=replace(MBU08, roofline_p=2.0))
+    smooth = predict_step(S(cost=replace(MBU08, roofline_p=2.0)), [], [(64, 1024)])
     assert smooth["memory_ms"] < smooth["step_ms"] <= smooth["memory_ms"] * 2 ** 0.5
     assert smooth["overlap_loss_ms"] == pytest.approx(smooth["step_ms"] - smooth["memory_ms"])
 
 
 def test_step_time_grows_with_work_and_shrinks_with_efficiency():
-    c = coefficients(LLAMA8, A100).as_tuple()
+    c = S().coefficients.as_tuple()
     times = [step_seconds(c, *batch_aggregates([], [(b, 1024)]))[0] for b in (1, 8, 64, 256)]
     assert times == sorted(times)
     chunks = [step_seconds(c, *batch_aggregates([(n, 4096)], []))[0] for n in (64, 512, 2048)]
     assert chunks == sorted(chunks)
     later = step_seconds(c, *batch_aggregates([(512, 8192)], []))[0]
     assert later > step_seconds(c, *batch_aggregates([(512, 0)], []))[0]       # attention over earlier context
-    faster = coefficients(LLAMA8, A100, params=CostParams(mfu=0.8)).as_tuple()
+    faster = S(cost=CostParams(mfu=0.8)).coefficients.as_tuple()
     assert step_seconds(faster, *batch_aggregates([(2048, 0)], []))[0] < chunks[-1]
-    fp8 = coefficients(LLAMA8, A100, kv_cache_dtype="fp8").as_tuple()
+    fp8 = S(kv_cache_dtype="fp8").coefficients.as_tuple()
     assert step_seconds(fp8, *batch_aggregates([], [(256, 4096)]))[0] < step_seconds(
         c, *batch_aggregates([], [(256, 4096)]))[0]
-    moe = predict_step(get_model("mixtral-8x7b"), A100, [(2048, 0)], [], tp=2)
-    dense_equivalent = predict_step(get_model("llama-3-70b"), A100, [(2048, 0)], [], tp=2)
+    moe = predict_step(S(get_model("mixtral-8x7b"), tp=2), [(2048, 0)], [])
+    dense_equivalent = predict_step(S(LLAMA70, tp=2), [(2048, 0)], [])
     assert moe["compute_ms"] < dense_equivalent["compute_ms"] / 3            # 12.9B active vs 70B
-    assert predict_step(LLAMA8, get_gpu("h100-sxm"), [(2048, 0)], [])["step_ms"] < prefill_ms()
+    assert predict_step(S(gpu=get_gpu("h100-sxm")), [(2048, 0)], [])["step_ms"] < prefill_ms()
 
 
 def prefill_ms():
-    return predict_step(LLAMA8, A100, [(2048, 0)], [])["step_ms"]
+    return predict_step(S(), [(2048, 0)], [])["step_ms"]
 
 
 def test_step_cli_contract(tmp_path):
@@ -82,7 +87,7 @@ def test_step_cli_contract(tmp_path):
     obj = cli_json("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--prefill", "512x4",
                    "--prefill", "512@1024", "--decode", "16x640", db=db)
     assert set(obj) >= {"step_ms", "bound"} and obj["bound"] in ("compute", "memory", "overhead")
-    expected = predict_step(LLAMA8, A100, [(512, 0)] * 4 + [(512, 1024)], [(16, 640)])
+    expected = predict_step(S(), [(512, 0)] * 4 + [(512, 1024)], [(16, 640)])
     assert obj["step_ms"] == pytest.approx(expected["step_ms"])
     bad = run_cli("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "16", "--json", db=db,
                   check=False)
@@ -93,7 +98,7 @@ TRUTH = CostParams(mfu=0.42, mbu=0.68, step_overhead_s=3e-4, seq_overhead_s=8e-6
 
 
 def measured_points(path):
-    c = coefficients(LLAMA8, A100, params=TRUTH).as_tuple()
+    c = S(cost=TRUTH).coefficients.as_tuple()
     rows = ["prefill_tokens,prefill_count,decode_count,decode_context,step_ms"]
     for p in (128, 512, 2048):
         for count in (1, 4):
@@ -106,7 +111,7 @@ def measured_points(path):
 
 
 def test_calibration_from_iterations_recovers_the_parameters(tmp_path):
-    fit = fit_points(LLAMA8, A100, 1, read_points(measured_points(tmp_path / "p.csv")))
+    fit = fit_points(S(), read_points(measured_points(tmp_path / "p.csv")))
     for key in ("mfu", "mbu", "step_overhead_s", "seq_overhead_s"):
         assert fit["params"][key] == pytest.approx(getattr(TRUTH, key), rel=0.05)
     assert fit["mape"] < 1e-4
@@ -115,9 +120,9 @@ def test_calibration_from_iterations_recovers_the_parameters(tmp_path):
 def test_calibration_from_a_simulated_trace_recovers_mfu_and_mbu():
     truth = CostParams(mfu=0.42, mbu=0.68)
     work = synthetic("requests=600,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=5")
-    cfg = engine_settings(LLAMA8, A100, max_model_len=8192)
-    replay = simulate(work, LLAMA8, A100, cfg, cost=truth)
-    fit = fit_trace(LLAMA8, A100, 1, work, replay.ttft_s, replay.tpot_s, cfg)
+    cfg = S(max_model_len=8192)
+    replay = simulate(work, cfg.replace(cost=truth))
+    fit = fit_trace(cfg, work, replay.ttft_s, replay.tpot_s)
     assert fit["params"]["mfu"] == pytest.approx(0.42, rel=0.05)
     assert fit["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
 
@@ -131,7 +136,7 @@ def test_calibrate_cli_round_trip(tmp_path):
     assert json.loads(out.read_text())["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
     calibrated = cli_json("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "64x2048",
                           "--calibration", str(out), db=db)
-    c = coefficients(LLAMA8, A100, params=TRUTH).as_tuple()
+    c = S(cost=TRUTH).coefficients.as_tuple()
     assert calibrated["step_ms"] == pytest.approx(step_seconds(c, *batch_aggregates([], [(64, 2048)]))[0] * 1e3,
                                                   rel=0.01)
     bad = tmp_path / "bad.csv"
@@ -140,15 +145,14 @@ def test_calibrate_cli_round_trip(tmp_path):
                    str(out), "--json", db=db, check=False)
     assert proc.returncode == 2 and "lacks columns" in proc.stderr
     with pytest.raises(PlannerError):
-        fit_trace(LLAMA8, A100, 1, synthetic("requests=3,input=5,output=5,qps=1"), np.full(3, np.nan),
-                  np.full(3, np.nan), engine_settings(LLAMA8, A100, max_model_len=8192))
+        fit_trace(S(max_model_len=8192), synthetic("requests=3,input=5,output=5,qps=1"), np.full(3, np.nan),
+                  np.full(3, np.nan))
 
 
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
     truth = CostParams(mfu=0.42, mbu=0.68)
     work = synthetic("requests=500,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
-    cfg = engine_settings(LLAMA8, A100, max_model_len=8192)
-    replay = simulate(work, LLAMA8, A100, cfg, cost=truth)
+    replay = simulate(work, S(max_model_len=8192, cost=truth))
     rows = ["arrival_time,prompt_tokens,completion_tokens,ttft_ms,tpot_ms"]
     for a, p, o, f, t in zip(work.arrival_s, work.input_tokens, work.output_tokens, replay.ttft_s, replay.tpot_s,
                              strict=True):
@@ -167,10 +171,9 @@ def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
 def test_trace_calibration_can_profile_the_kv_pool():
     # a server whose KV pool is 80% of what the memory plan says, at a load where KV binds
     work = synthetic("requests=600,input=uniform:200:3000,output=uniform:50:600,qps=12,seed=9")
-    planned = engine_settings(LLAMA8, A100, max_model_len=8192, gpu_memory_utilization=0.3)
-    from dataclasses import replace
-    real = replace(planned, num_blocks=int(planned.num_blocks * 0.8))
-    replay = simulate(work, LLAMA8, A100, real, cost=CostParams(mfu=0.42, mbu=0.68))
-    fit = fit_trace(LLAMA8, A100, 1, work, replay.ttft_s, replay.tpot_s, planned, blocks_factors=(0.7, 0.8, 0.9, 1.0))
-    assert fit["num_blocks"] == real.num_blocks
+    planned = S(max_model_len=8192, gpu_memory_utilization=0.3)
+    real = planned.replace(num_gpu_blocks=int(planned.settings.num_blocks * 0.8), cost=CostParams(mfu=0.42, mbu=0.68))
+    replay = simulate(work, real)
+    fit = fit_trace(planned, work, replay.ttft_s, replay.tpot_s, blocks_factors=(0.7, 0.8, 0.9, 1.0))
+    assert fit["num_blocks"] == real.settings.num_blocks
     assert fit["params"]["mbu"] == pytest.approx(0.68, rel=0.05)

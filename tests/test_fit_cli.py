@@ -100,7 +100,7 @@ def test_real_traces_fit(real_db, name, field, n, cap, capped, ks_lognormal, ks_
 @needs_shared
 @pytest.mark.parametrize("name, cv, poisson", [("AzureLLMInferenceTrace_code.csv", 13.15, False),
                                                ("AzureLLMInferenceTrace_conv.csv", 1.094, False),
-                                               ("BurstGPT_1_first400.csv", 4.56, False)])
+                                               ("BurstGPT_1_first400.csv", 4.46, False)])   # 383 not failed
 def test_real_traces_interarrival(real_db, name, cv, poisson):
     obj = cli_json("fit", name.removesuffix(".csv"), "--field", "interarrival", db=real_db)
     check_contract(obj, "interarrival")

@@ -6,11 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from planner.capacity.memory import Overheads, kv_bytes_per_token, kv_heads_per_rank, plan_memory, seed_pool_sequences
+from planner.capacity.memory import Overheads, kv_bytes_per_token, kv_heads_per_rank, seed_pool_sequences
 from planner.catalog.gpus import GPUS, GiB, get_gpu
 from planner.catalog.models import active_param_count, param_count, weights_bytes
 from planner.catalog.presets import from_hf_config, get_model, preset_names
 from planner.errors import PlannerError
+from planner.scenario import Scenario
 
 # reference/engines.md §8: KV bytes per token in bf16 over all layers of one replica
 REFERENCE_KV = {"llama-3-8b": 131_072, "llama-3-70b": 327_680, "llama-3.1-405b": 516_096, "mistral-7b": 131_072,
@@ -94,7 +95,7 @@ def test_mla_latent_is_held_whole_by_every_rank():
 def test_plan_reproduces_the_reference_worked_example():
     # engines.md §3.3: Llama-3-8B bf16, A100-80GB, util 0.9: ≈ 71.2 GiB requested, ≈ 54 GiB KV, ≈ 444k tokens,
     # ≈ 27.8k blocks, ≈ 54x at max_model_len 8192
-    plan = plan_memory(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
+    plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192).memory
     assert plan.requested_bytes / GiB == pytest.approx(71.2, abs=0.05)
     assert plan.kv_pool_bytes / GiB == pytest.approx(54.5, abs=1.0)
     assert plan.kv_capacity_tokens == pytest.approx(444_000, rel=0.02)
@@ -105,28 +106,28 @@ def test_plan_reproduces_the_reference_worked_example():
 
 def test_budget_terms_add_up_and_move_the_right_way():
     llama, a100 = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
-    base = plan_memory(llama, a100)
+    base = Scenario(llama, a100).memory
     assert base.kv_pool_bytes == (base.requested_bytes - base.weights_bytes_per_gpu - base.activation_bytes
                                   - base.non_torch_bytes - base.cudagraph_bytes)
     assert base.num_blocks == base.kv_pool_bytes // (16 * 131_072)
-    outside = plan_memory(llama, a100, overheads=Overheads(cudagraph_counted=False))
+    outside = Scenario(llama, a100, overheads=Overheads(cudagraph_counted=False)).memory
     assert outside.kv_pool_bytes - base.kv_pool_bytes == base.cudagraph_bytes > 0
-    bigger_budget = plan_memory(llama, a100, max_num_batched_tokens=16384)
+    bigger_budget = Scenario(llama, a100, max_num_batched_tokens=16384).memory
     assert bigger_budget.activation_bytes > base.activation_bytes and bigger_budget.num_blocks < base.num_blocks
-    fp8 = plan_memory(llama, a100, kv_cache_dtype="fp8")
+    fp8 = Scenario(llama, a100, kv_cache_dtype="fp8").memory
     assert fp8.num_blocks == pytest.approx(2 * base.num_blocks, abs=1)
-    assert plan_memory(llama, a100, num_gpu_blocks=1000).kv_capacity_tokens == 16_000
-    assert plan_memory(llama, get_gpu("h100-sxm")).max_num_batched_tokens == 8192
+    assert Scenario(llama, a100, num_gpu_blocks=1000).memory.kv_capacity_tokens == 16_000
+    assert Scenario(llama, get_gpu("h100-sxm")).memory.max_num_batched_tokens == 8192
     assert base.max_num_batched_tokens == 2048 and base.max_num_seqs == 256
-    utils = [plan_memory(llama, a100, gpu_memory_utilization=u).num_blocks for u in (0.5, 0.7, 0.9, 0.95)]
+    utils = [Scenario(llama, a100, gpu_memory_utilization=u).memory.num_blocks for u in (0.5, 0.7, 0.9, 0.95)]
     assert utils == sorted(utils)
     with pytest.raises(PlannerError, match="gpu-mem-util"):
-        plan_memory(llama, a100, gpu_memory_utilization=1.5)
+        Scenario(llama, a100, gpu_memory_utilization=1.5).memory
 
 
 def test_sliding_window_concurrency_counts_only_the_window():
     mistral = get_model("mistral-7b")        # window 4096 on every layer
-    plan = plan_memory(mistral, get_gpu("a100-80gb-sxm"), max_model_len=32768)
+    plan = Scenario(mistral, get_gpu("a100-80gb-sxm"), max_model_len=32768).memory
     per_request = math.ceil((4096 - 1 + 2048) / 16) + 1
     assert plan.blocks_per_max_len_request == per_request
     assert plan.max_concurrency == pytest.approx(plan.num_blocks / per_request)

@@ -9,8 +9,10 @@ from helpers import cli_json, run_cli
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.recommend.plan import RecommendOptions, plan_recommendation
-from planner.recommend.search import DEFAULT_CLASSES, Search, SLOClass, attainment, meets, parse_slo, recommend
-from planner.sim.run import engine_settings, simulate
+from planner.recommend.search import Search, recommend
+from planner.recommend.slo import DEFAULT_CLASSES, SLOClass, attainment, meets, parse_slo
+from planner.scenario import Scenario
+from planner.sim.run import simulate
 from planner.sim.workload import synthetic
 from planner.traces.samples import SAMPLE_PATH
 
@@ -21,7 +23,7 @@ MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
 def seed_search():
     # the seed scenario: 512 input tokens, 64-1024 output tokens, Poisson arrivals
     work = synthetic("requests=1200,input=512,output=uniform:64:1024,qps=2,seed=4")
-    return Search(work, MODEL, GPU, engine_settings(MODEL, GPU, max_model_len=8192))
+    return Search(work, Scenario(MODEL, GPU, max_model_len=8192))
 
 
 @pytest.fixture(scope="module")
@@ -30,40 +32,42 @@ def seed_rows(seed_search):
 
 
 def test_classes_trade_rate_for_latency_on_the_seed_scenario(seed_rows):
-    by = {r["name"]: r for r in seed_rows}
-    assert all(r["feasible"] for r in seed_rows)
+    by = {r.name: r for r in seed_rows}
+    assert all(r.feasible for r in seed_rows)
     # the throughput class sustains the most; each latency class gives rate up for its bound
-    assert by["throughput"]["max_qps_per_replica"] >= by["tpot"]["max_qps_per_replica"] \
-        > by["ttft"]["max_qps_per_replica"]
+    assert by["throughput"].max_qps_per_replica >= by["tpot"].max_qps_per_replica \
+        > by["ttft"].max_qps_per_replica
     # decode-bound TPOT wants short steps: a smaller token budget than the TTFT class, which wants prompts done
-    assert by["tpot"]["config"]["max_num_batched_tokens"] < by["ttft"]["config"]["max_num_batched_tokens"]
+    assert by["tpot"].config["max_num_batched_tokens"] < by["ttft"].config["max_num_batched_tokens"]
     # the seed's direction for batches: both latency classes run fewer sequences than the throughput class (within
     # 5% of their best rate the smallest settings win; the refined grid finds the in-between sizes)
-    assert by["ttft"]["config"]["max_num_seqs"] < by["throughput"]["config"]["max_num_seqs"]
-    assert by["tpot"]["config"]["max_num_seqs"] < by["throughput"]["config"]["max_num_seqs"]
+    assert by["ttft"].config["max_num_seqs"] < by["throughput"].config["max_num_seqs"]
+    assert by["tpot"].config["max_num_seqs"] < by["throughput"].config["max_num_seqs"]
     # and for budgets: the throughput class takes the largest (the seed's "unlimited"), both latency classes less
     for name in ("ttft", "tpot"):
-        assert by[name]["config"]["max_num_batched_tokens"] < by["throughput"]["config"]["max_num_batched_tokens"]
+        assert by[name].config["max_num_batched_tokens"] < by["throughput"].config["max_num_batched_tokens"]
 
 
 def test_every_recommendation_meets_its_slo_at_its_rate(seed_search, seed_rows):
     for row, slo in zip(seed_rows, DEFAULT_CLASSES, strict=True):
-        scale = row["max_qps_per_replica"] / seed_search.base_rate
+        scale = row.max_qps_per_replica / seed_search.base_rate
         work = replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / scale)
-        cfg = replace(seed_search.base, max_num_seqs=row["config"]["max_num_seqs"],
-                      max_num_batched_tokens=row["config"]["max_num_batched_tokens"])
-        result = simulate(work, MODEL, GPU, cfg)
-        assert meets(result, slo), row["name"]
+        cfg = seed_search.scenario.replace(max_num_seqs=row.config["max_num_seqs"],
+                                           max_num_batched_tokens=row.config["max_num_batched_tokens"])
+        result = simulate(work, cfg)
+        assert meets(result, slo), row.name
         if slo.metric:
-            assert row["predicted"][f"{slo.metric}_ms"]["p99"] <= slo.limit_ms
-        assert row["replicas_for_peak"] == int(np.ceil(4.0 / row["max_qps_per_replica"]))
-        assert row["vllm_args"].startswith(f"--max-num-seqs {row['config']['max_num_seqs']} --max-num-batched-tokens ")
+            assert row.predicted[f"{slo.metric}_ms"]["p99"] <= slo.limit_ms
+            # the recommended point, simulated on its own, predicts what the search predicted
+            assert result.metric_ms(slo.metric, 99) == row.predicted[f"{slo.metric}_ms"]["p99"]
+        assert row.replicas_for_peak == int(np.ceil(4.0 / row.max_qps_per_replica))
+        assert row.vllm_args.startswith(f"--max-num-seqs {row.config['max_num_seqs']} --max-num-batched-tokens ")
 
 
 def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     (row,) = recommend(seed_search, [SLOClass("impossible", "ttft", 99, 1.0)], peak_rate_rps=4.0)
-    assert not row["feasible"] and row["max_qps_per_replica"] == 0 and row["replicas_for_peak"] is None
-    assert row["predicted"]["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
+    assert not row.feasible and row.max_qps_per_replica == 0 and row.replicas_for_peak is None
+    assert row.predicted["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
 
 
 def test_parse_slo():
@@ -138,38 +142,43 @@ def test_recommend_page(tmp_path, monkeypatch):
 def test_tp_search_compares_requests_per_gpu():
     work = synthetic("requests=400,input=512,output=uniform:64:512,qps=2,seed=8")
     big = get_model("llama-3-70b")
-    out = plan_recommendation(work, big, GPU, RecommendOptions(max_model_len=4096, tp_options=(1, 2, 4),
-                                                               slos=("batch:throughput",)))
-    (row,) = out["classes"]
-    assert {c["tp"] for c in row["compared"]} == {2, 4}         # 70B in bf16 does not fit one 80 GB GPU
-    assert out["skipped"] and out["skipped"][0].startswith("TP 1:")
-    assert row["qps_per_gpu"] == max(c["qps_per_gpu"] for c in row["compared"])
-    assert f"--tensor-parallel-size {row['tp']}" in row["vllm_args"]
-    assert row["gpus"] is None or row["gpus"] % row["tp"] == 0
+    out = plan_recommendation(work, Scenario(big, GPU, max_model_len=4096),
+                              RecommendOptions(tp_options=(1, 2, 4), slos=("batch:throughput",), headroom=1.5))
+    (row,) = out.classes
+    assert {c["tp"] for c in row.compared} == {2, 4}         # 70B in bf16 does not fit one 80 GB GPU
+    assert out.skipped and out.skipped[0].startswith("TP 1:")
+    assert row.qps_per_gpu == max(c["qps_per_gpu"] for c in row.compared)
+    assert f"--tensor-parallel-size {row.tp}" in row.vllm_args
+    # the fleet for the peak: whole replicas of the chosen TP, enough for the peak times the headroom
+    assert out.peak_rate_rps > 0 and row.replicas_for_peak == int(np.ceil(out.peak_rate_rps * 1.5
+                                                                           / row.max_qps_per_replica))
+    assert row.gpus == row.replicas_for_peak * row.tp
 
 
 def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags():
     work = synthetic("requests=300,input=512,output=uniform:64:1024,qps=2,seed=5")
     small = get_gpu("a100-40gb-sxm")      # a tight KV pool, so preemption happens and the modes differ
-    opts = RecommendOptions(max_model_len=8192, gpu_memory_utilization=0.5, slos=("batch:throughput",))
-    (v0,) = plan_recommendation(work, MODEL, small, replace(opts, engine="vllm-v0"))["classes"]
-    assert {c["preemption_mode"] for c in v0["compared"]} == {"recompute", "swap"}
-    assert f"--preemption-mode {v0['config']['preemption_mode']}" in v0["vllm_args"]
-    assert v0["launch_command"].startswith("VLLM_USE_V1=0 vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs")
+    base = Scenario(MODEL, small, max_model_len=8192, gpu_memory_utilization=0.5)
+    opts = RecommendOptions(slos=("batch:throughput",))
+    (v0,) = plan_recommendation(work, base.replace(engine="vllm-v0"), opts).classes
+    assert {c["preemption_mode"] for c in v0.compared} == {"recompute", "swap"}
+    assert f"--preemption-mode {v0.config['preemption_mode']}" in v0.vllm_args
+    assert "--gpu-memory-utilization 0.5" in v0.vllm_args                  # the scenario's flags travel along
+    assert v0.launch_command.startswith("VLLM_USE_V1=0 vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs")
     # whole prompts only: no budget grid, so every evaluated configuration has the max_model_len budget
-    assert {g["max_num_batched_tokens"] for g in v0["grid"]} == {8192}
-    (tgi,) = plan_recommendation(work, MODEL, small, replace(opts, engine="tgi"))["classes"]
-    cfg = tgi["config"]
-    assert tgi["launch_command"] == (
+    assert {g["max_num_batched_tokens"] for g in v0.grid} == {8192}
+    (tgi,) = plan_recommendation(work, base.replace(engine="tgi"), opts).classes
+    cfg = tgi.config
+    assert tgi.launch_command == (
         f"text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B --max-batch-prefill-tokens "
         f"{cfg['max_num_batched_tokens']} --max-batch-size {cfg['max_num_seqs']} --max-input-tokens 8191 "
         f"--max-total-tokens 8192")
-    assert tgi["vllm_args"].startswith(f"--max-num-seqs {cfg['max_num_seqs']}")     # the vLLM V1 equivalent
+    assert tgi.vllm_args.startswith(f"--max-num-seqs {cfg['max_num_seqs']}")     # the vLLM V1 equivalent
     # details (sweeps, tornado, bands) replay through the search's own engine
-    search = Search(work, MODEL, small, engine_settings(MODEL, small, max_model_len=8192), engine="tgi")
-    assert search.replay(work, search.base).engine == "tgi" and search.simulations == 1
-    (trt,) = plan_recommendation(work, MODEL, small, replace(opts, engine="trtllm"))["classes"]
-    assert f"--max_batch_size {trt['config']['max_num_seqs']}" in trt["launch_command"]
+    search = Search(work, base.replace(engine="tgi"))
+    assert search.replay(work, search.scenario).scenario.engine == "tgi" and search.simulations == 1
+    (trt,) = plan_recommendation(work, base.replace(engine="trtllm"), opts).classes
+    assert f"--max_batch_size {trt.config['max_num_seqs']}" in trt.launch_command
 
 
 def test_max_new_tokens_caps_are_compared(tmp_path):
@@ -189,28 +198,25 @@ def test_kv_pressure_pulls_every_class_to_fewer_sequences():
     # the same seed scenario on a 40 GB A100 with half its memory for vLLM: 27k KV tokens instead of 450k
     work = synthetic("requests=1200,input=512,output=uniform:64:1024,qps=2,seed=4")
     small = get_gpu("a100-40gb-sxm")
-    tight = Search(work, MODEL, small, engine_settings(MODEL, small, max_model_len=8192, gpu_memory_utilization=0.5))
+    tight = Search(work, Scenario(MODEL, small, max_model_len=8192, gpu_memory_utilization=0.5))
     rows = recommend(tight, DEFAULT_CLASSES, peak_rate_rps=4.0)
-    assert all(r["feasible"] and r["config"]["max_num_seqs"] <= 64 for r in rows)
-    by = {r["name"]: r for r in rows}
-    assert by["ttft"]["config"]["max_num_batched_tokens"] <= by["throughput"]["config"]["max_num_batched_tokens"]
+    assert all(r.feasible and r.config["max_num_seqs"] <= 64 for r in rows)
+    by = {r.name: r for r in rows}
+    assert by["ttft"].config["max_num_batched_tokens"] <= by["throughput"].config["max_num_batched_tokens"]
 
 
 def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):
     slo = parse_slo("chat:ttft<1000,tpot<40@90%")
     (row,) = recommend(seed_search, [slo], peak_rate_rps=4.0)
-    assert row["feasible"] and row["slo"] == {"ttft_ms": 1000.0, "tpot_ms": 40.0, "attainment": 0.9}
-    cfg = replace(seed_search.base, max_num_seqs=row["config"]["max_num_seqs"],
-                  max_num_batched_tokens=row["config"]["max_num_batched_tokens"])
-    scale = row["max_qps_per_replica"] / seed_search.base_rate
-    result = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / scale), MODEL, GPU,
-                      cfg)
+    assert row.feasible and row.slo == {"ttft_ms": 1000.0, "tpot_ms": 40.0, "attainment": 0.9}
+    cfg = seed_search.config(row.config["max_num_seqs"], row.config["max_num_batched_tokens"])
+    scale = row.max_qps_per_replica / seed_search.base_rate
+    result = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / scale), cfg)
     met = (result.ttft_s * 1e3 <= 1000) & (np.isnan(result.tpot_s) | (result.tpot_s * 1e3 <= 40))
     assert attainment(result, slo.bounds) == pytest.approx(met.mean())
     assert met.mean() >= 0.9
     # the share is what binds: at twice the rate it is missed
-    faster = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / (2 * scale)),
-                      MODEL, GPU, cfg)
+    faster = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / (2 * scale)), cfg)
     assert attainment(faster, slo.bounds) < 0.9
 
 
@@ -222,11 +228,11 @@ def test_the_search_refines_halfway_to_the_winners_neighbours(seed_rows):
     for row in seed_rows:
         on_grid = [g["max_num_seqs"] in SEQS_GRID
                    and (g["max_num_batched_tokens"] in BUDGET_GRID or not g["enable_chunked_prefill"])
-                   for g in row["grid"]]
-        coarse = [g for g, on in zip(row["grid"], on_grid, strict=True) if on and not g["pruned"]]
-        finer = [g for g, on in zip(row["grid"], on_grid, strict=True) if not on]
+                   for g in row.grid]
+        coarse = [g for g, on in zip(row.grid, on_grid, strict=True) if on and not g["pruned"]]
+        finer = [g for g, on in zip(row.grid, on_grid, strict=True) if not on]
         top = max(coarse, key=lambda g: g["max_qps"])
         assert finer and all(g["max_num_seqs"] == top["max_num_seqs"]
                              or g["max_num_batched_tokens"] == top["max_num_batched_tokens"] for g in finer)
-        evaluated = [g["max_qps"] for g in row["grid"] if not g["pruned"]]
-        assert row["max_qps_per_replica"] >= NEAR_BEST * max(evaluated)
+        evaluated = [g["max_qps"] for g in row.grid if not g["pruned"]]
+        assert row.max_qps_per_replica >= NEAR_BEST * max(evaluated)

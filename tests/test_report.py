@@ -16,6 +16,7 @@ from planner.recommend.plan import RecommendOptions
 from planner.report.build import build_report
 from planner.report.render import SECTIONS, chart_svgs, to_html, to_markdown
 from planner.report.store import load_report, publish_report
+from planner.scenario import Scenario
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 from planner.traces.samples import SAMPLE_PATH
@@ -40,19 +41,20 @@ def payload_report(tmp_path_factory):
     con = store.open_store(tmp / "p.duckdb")
     source = small_trace(tmp / "t.csv")
     info = ingest_file(con, source, name=PAYLOAD, source_file=f"{PAYLOAD}.csv")
-    body = build_report(con, info.trace_id, MODEL, GPU,
-                        RecommendOptions(max_model_len=4096, slos=("chat:ttft_p99<2000",)))
-    yield con, source, body
+    report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096),
+                          RecommendOptions(slos=("chat:ttft_p99<2000",)))
+    yield con, source, report
     con.close()
 
 
 def test_report_has_every_section_in_all_three_twins(payload_report):
-    con, source, body = payload_report
+    con, source, report = payload_report
+    body = report.to_dict()
     assert {"workload", "memory", "simulation", "recommendations", "assumptions", "charts"} <= body.keys()
     assert body["trace"]["content_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     assert body["workload"]["stats"]["rows"] == 240 and body["simulation"]["completed"] == 240
     svgs = chart_svgs(body["charts"])
-    page, md = to_html(body, svgs), to_markdown(body)
+    page, md = to_html(report, svgs), to_markdown(report)
     for key, title in SECTIONS:
         assert f'<section id="{key}">' in page and f"## {title}" in md
     images = re.findall(r"<img [^>]*>", page)
@@ -70,8 +72,8 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
 
 
 def test_a_script_payload_in_names_is_inert(payload_report, tmp_path):
-    con, source, body = payload_report
-    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    con, source, report = payload_report
+    page, md = to_html(report, chart_svgs(report.charts)), to_markdown(report)
     assert "<script" not in page.lower()                                  # no tag from the payload, nor of ours
     assert all(i.startswith('<img alt="') and 'src="data:image/svg+xml;base64,' in i
                for i in re.findall(r"<img\b[^>]*>", page, flags=re.I))     # only the charts, as images
@@ -84,37 +86,42 @@ def test_a_script_payload_in_names_is_inert(payload_report, tmp_path):
 
 
 def test_report_cli_contract_saves_a_linkable_report(tmp_path):
+    # one build writes every twin (-o repeats): the HTML, the Markdown and the JSON of the same saved report
     db = tmp_path / "r.duckdb"
     cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    paths = [tmp_path / f"cap.{fmt}" for fmt in ("html", "md", "json")]
     out = cli_json("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--max-model-len",
-                   "8192", "--slo", "chat:ttft_p99<3000", "-o", str(tmp_path / "cap.html"), "--quiet", db=db)
-    assert out["path"] == str(tmp_path / "cap.html")
+                   "8192", "--slo", "chat:ttft_p99<3000", *[a for p in paths for a in ("-o", str(p))], "--quiet",
+                   db=db)
+    assert out["path"] == str(paths[0]) and out["paths"] == [str(p) for p in paths] and out["format"] == "html"
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", out["report_id"])                  # 16 random bytes = 128 bits
-    page = (tmp_path / "cap.html").read_text()
+    page = paths[0].read_text()
     con = store.open_store(db)
     saved = load_report(con, out["report_id"])
-    assert saved.html == page and saved.body["trace"]["content_sha256"] == hashlib.sha256(
-        SAMPLE_PATH.read_bytes()).hexdigest()
+    assert saved.html == page and saved.markdown == paths[1].read_text()
+    assert json.loads(paths[2].read_text()) == saved.body
+    assert saved.body["trace"]["content_sha256"] == hashlib.sha256(SAMPLE_PATH.read_bytes()).hexdigest()
     assert [c["name"] for c in saved.body["recommendations"]["classes"]] == ["chat"]
     assert not re.search(r'(src|href)="(https?:)?//', page)                   # nothing fetched from a network
+    reports = con.execute("SELECT count(*) FROM reports").fetchall()[0][0]
     con.close()
-    for fmt in ("md", "json"):
-        other = cli_json("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm",
-                         "--max-model-len", "8192", "--slo", "chat:ttft_p99<3000", "-o", str(tmp_path / f"c.{fmt}"),
-                         "--quiet", db=db)
-        assert other["format"] == fmt and other["report_id"] != out["report_id"]
-    assert json.loads((tmp_path / "c.json").read_text())["trace"]["name"] == "sample_chat"
-    assert (tmp_path / "c.md").read_text().startswith("# Capacity report: sample\\_chat on 1× A100 80GB SXM4 \\(")
-    bad = run_cli("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "-o",
-                  str(tmp_path / "c.pdf"), "--json", db=db, check=False)
-    assert bad.returncode == 2 and "expected one of html, md, json" in bad.stderr
+    assert saved.body["trace"]["name"] == "sample_chat" and reports == 1
+    assert paths[1].read_text().startswith("# Capacity report: sample\\_chat on 1× A100 80GB SXM4 \\(")
+    # bad targets fail before any work: nothing written, nothing saved
+    for target, message in (("c.pdf", "expected one of html, md, json"), (str(tmp_path), "is a directory")):
+        bad = run_cli("report", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "-o",
+                      str(tmp_path / target), "--json", db=db, check=False)
+        assert bad.returncode == 2 and message in bad.stderr
     assert not (tmp_path / "c.pdf").exists()
+    con = store.open_store(db)
+    assert con.execute("SELECT count(*) FROM reports").fetchall()[0][0] == 1
+    con.close()
 
 
 def test_saved_reports_open_only_by_their_exact_id(payload_report):
-    con, source, body = payload_report
-    saved = publish_report(con, body, owner="alice@example.com")
-    assert load_report(con, saved.report_id).title == body["title"]
+    con, source, report = payload_report
+    saved = publish_report(con, report, owner="alice@example.com")
+    assert load_report(con, saved.report_id).title == report.title
     from planner.errors import PlannerError
 
     for wrong in (saved.report_id[:-1] + ("A" if saved.report_id[-1] != "A" else "B"), "short",
@@ -126,11 +133,11 @@ def test_saved_reports_open_only_by_their_exact_id(payload_report):
 def test_the_report_link_opens_read_only_for_anyone(payload_report, tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    con, source, body = payload_report
+    con, source, report = payload_report
     db = tmp_path / "app.duckdb"
     app_con = store.open_store(db)
     ingest_file(app_con, small_trace(tmp_path / "t.csv"), name="mine")
-    saved = publish_report(app_con, body)
+    saved = publish_report(app_con, report)
     app_con.close()
     monkeypatch.setenv("PLANNER_DB", str(db))
 
@@ -159,10 +166,11 @@ def test_a_trace_without_times_still_reports_and_says_why_sections_are_empty(con
     path = tmp_path / "lengths.csv"
     path.write_text("input_tokens,output_tokens\n100,20\n200,30\n300,40\n150,25\n")
     info = ingest_file(con, path)
-    body = build_report(con, info.trace_id, MODEL, GPU, RecommendOptions(max_model_len=4096))
+    report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
+    body = report.to_dict()
     assert body["simulation"] is None and body["recommendations"] is None
     assert body["memory"]["trace"]["mean_final_tokens"] == pytest.approx((120 + 230 + 340 + 175) / 4)
-    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    page, md = to_html(report, chart_svgs(report.charts)), to_markdown(report)
     assert page.count("no arrival times") == 3 and md.count("no arrival times") == 3
 
 
@@ -198,9 +206,9 @@ def test_degenerate_traces_still_report_and_markdown_names_stay_text(con, tmp_pa
     path = tmp_path / "tiny.csv"
     path.write_text("arrival,input_tokens,output_tokens\n0.0,100,20\n0.2,100,20\n0.4,100,20\n")
     info = ingest_file(con, path, name="![t](https://example.invalid/p.png) *x*")
-    body = build_report(con, info.trace_id, MODEL, GPU, RecommendOptions(max_model_len=4096))
-    assert body["simulation"]["completed"] == 3 and "arrival_rate" not in body["charts"]
-    page, md = to_html(body, chart_svgs(body["charts"])), to_markdown(body)
+    report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
+    assert report.simulation.completed == 3 and "arrival_rate" not in report.charts
+    page, md = to_html(report, chart_svgs(report.charts)), to_markdown(report)
     assert "<section id=\"recommendations\">" in page
     prose = re.sub(r"```.*?```", "", md, flags=re.S)
     assert "](" not in prose.replace("\\]\\(", "") and "*x*" not in prose and "\\!\\[t\\]\\(https" in prose

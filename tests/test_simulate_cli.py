@@ -57,7 +57,7 @@ def test_simulate_a_stored_trace_time_scaled(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--synthetic", "requests=10,input=5"], "lacks output, qps"),
     (["--synthetic", "requests=10,input=5,output=x,qps=1"], "output='x'"),
-    (["--synthetic", SPEC, "--engine", "nope"], "unknown --engine"),
+    (["--synthetic", SPEC, "--engine", "nope"], "--engine 'nope': expected one of vllm-v1"),
     (["--trace", "t", "--synthetic", SPEC], "exactly one"),
     (["--synthetic", SPEC, "--rate-scale", "2", "--qps", "3"], "not both"),
 ])
@@ -79,10 +79,13 @@ def test_simulate_page_matches_the_cli(tmp_path, monkeypatch):
     at.switch_page("pages/simulate.py").run()
     assert not at.exception
     got = {m.label: m.value for m in at.metric}
+    helps = {m.label: m.proto.help for m in at.metric}
     cli = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "cli.duckdb")
-    assert got["Completed"] == "300/300"
-    assert got["TTFT p50 / p99"] == f"{cli['ttft_ms']['p50']:,.0f} / {cli['ttft_ms']['p99']:,.0f} ms"
+    assert got["Completed"] == "300" and helps["Completed"].startswith("of 300 requests")
+    assert got["TTFT p99"] == f"{cli['ttft_ms']['p99']:,.0f} ms" and helps["TTFT p99"] == \
+        f"p50 {cli['ttft_ms']['p50']:,.0f} ms"
     assert got["Output tok/s"] == f"{cli['throughput_tok_s']['output']:,.0f}"
+    assert got["KV blocks"] == f"{cli['settings']['num_blocks']:,}"
     at.selectbox(key="engine").set_value("static").run()
     assert not at.exception and {m.label: m.value for m in at.metric}["Preemptions"] == "0"
     at.text_input(key="spec").set_value("requests=10,input=5").run()

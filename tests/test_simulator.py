@@ -7,14 +7,15 @@ from hypothesis import strategies as st
 
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
-from planner.sim.cost_model import coefficients
+from planner.scenario import Scenario
 from planner.sim.engines import ENGINES, EngineSettings
 from planner.sim.reference import run_reference
-from planner.sim.run import engine_settings, simulate, summarize
+from planner.sim.results import SimulationSummary, summarize
+from planner.sim.run import simulate
 from planner.sim.workload import synthetic
 
 MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
-COEFFS = coefficients(MODEL, GPU).as_tuple()
+COEFFS = Scenario(MODEL, GPU).coefficients.as_tuple()
 
 
 @settings(max_examples=60, deadline=None)
@@ -36,16 +37,15 @@ def test_compiled_loop_matches_the_reference_exactly(seed, n, blocks, seqs, budg
     assert fast.steps == slow.steps
 
 
-def small_kv_settings(**changes) -> EngineSettings:
-    base = dict(max_num_seqs=64, max_num_batched_tokens=512, chunked_prefill=True, block_size=16, num_blocks=400,
-                max_model_len=8192)
-    return EngineSettings(**{**base, **changes})
+def small_kv(**changes) -> Scenario:
+    base = dict(max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=400, max_model_len=8192)
+    return Scenario(MODEL, GPU, **{**base, **changes})
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_conservation(engine):
     work = synthetic("requests=400,input=uniform:16:900,output=uniform:1:700,qps=40,seed=3")
-    result = simulate(work, MODEL, GPU, small_kv_settings(max_new_tokens=700), engine=engine)
+    result = simulate(work, small_kv(max_new_tokens=700, engine=engine))
     done = np.isfinite(result.finish)
     assert done.sum() + result.rejected.sum() == work.n            # every request completes once or is rejected
     assert not result.rejected.any()
@@ -64,18 +64,17 @@ def test_conservation(engine):
 
 def test_blocks_are_all_freed_and_decode_steps_account_for_every_token():
     work = synthetic("requests=50,input=100,output=37,qps=inf")
-    cfg = small_kv_settings(max_num_seqs=50, max_num_batched_tokens=100_000, num_blocks=10_000)
-    result = simulate(work, MODEL, GPU, cfg)
+    result = simulate(work, small_kv(max_num_seqs=50, max_num_batched_tokens=100_000, num_gpu_blocks=10_000))
     # all prompts prefill in one step, then 36 decode steps: 37 steps, everyone finishes together
     assert result.steps == 37 and len(set(result.finish)) == 1
     assert result.free_blocks_at_end == 10_000
     summary = summarize(result)
-    assert summary["throughput_tok_s"]["output"] == pytest.approx(50 * 37 / summary["duration_s"])
+    assert summary.throughput_tok_s["output"] == pytest.approx(50 * 37 / summary.duration_s)
 
 
 def test_contract_summary_keys():
     work = synthetic("requests=200,input=512,output=uniform:64:1024,qps=8,arrival=gamma:2")
-    obj = summarize(simulate(work, MODEL, GPU, engine_settings(MODEL, GPU, max_model_len=8192)))
+    obj = summarize(simulate(work, Scenario(MODEL, GPU, max_model_len=8192))).to_dict()
     for key in ("requests", "completed", "ttft_ms", "tpot_ms", "e2e_ms", "throughput_tok_s", "preemptions",
                 "duration_s", "sim_wall_s", "saturated"):
         assert key in obj
@@ -86,30 +85,30 @@ def test_contract_summary_keys():
 def test_saturation_is_flagged_only_when_the_queue_grows():
     light = synthetic("requests=2000,input=512,output=256,qps=4,seed=1")
     heavy = synthetic("requests=2000,input=512,output=256,qps=200,seed=1")
-    cfg = engine_settings(MODEL, GPU, max_model_len=8192)
-    assert not summarize(simulate(light, MODEL, GPU, cfg))["saturated"]
-    assert summarize(simulate(heavy, MODEL, GPU, cfg))["saturated"]
+    cfg = Scenario(MODEL, GPU, max_model_len=8192)
+    assert not summarize(simulate(light, cfg)).saturated
+    assert summarize(simulate(heavy, cfg)).saturated
 
 
 # The seeds' scenario (seed 000/003): Llama-3-8B on an A100-80GB, 512 input tokens, 256 or 64-1024 output tokens.
 def run_seed(output: str, seqs: int, qps: str = "inf", budget: int | None = None, engine: str = "vllm-v1",
-             requests: int = 1500) -> dict:
+             requests: int = 1500) -> SimulationSummary:
     work = synthetic(f"requests={requests},input=512,output={output},qps={qps},arrival=gamma:2,seed=2")
-    cfg = engine_settings(MODEL, GPU, max_model_len=8192, max_num_seqs=seqs, max_num_batched_tokens=budget)
-    return summarize(simulate(work, MODEL, GPU, cfg, engine=engine))
+    return summarize(simulate(work, Scenario(MODEL, GPU, max_model_len=8192, max_num_seqs=seqs,
+                                             max_num_batched_tokens=budget, engine=engine)))
 
 
 def test_continuous_batching_is_far_ahead_of_static_when_lengths_vary():
-    mixed = [run_seed("uniform:64:1024", 128, engine=e)["throughput_tok_s"]["output"] for e in ("vllm-v1", "static")]
-    fixed = [run_seed("256", 128, engine=e)["throughput_tok_s"]["output"] for e in ("vllm-v1", "static")]
+    mixed = [run_seed("uniform:64:1024", 128, engine=e).throughput_tok_s["output"] for e in ("vllm-v1", "static")]
+    fixed = [run_seed("256", 128, engine=e).throughput_tok_s["output"] for e in ("vllm-v1", "static")]
     assert mixed[0] > 1.5 * mixed[1]                 # padding and waiting for the longest member
     assert fixed[0] == pytest.approx(fixed[1], rel=0.05)   # equal lengths: nothing to pad
 
 
 def test_throughput_flattens_while_tpot_climbs_with_max_num_seqs():
     runs = [run_seed("256", s) for s in (8, 16, 32, 64, 128, 256)]
-    throughput = [r["throughput_tok_s"]["output"] for r in runs]
-    tpot = [r["tpot_ms"]["p99"] for r in runs]
+    throughput = [r.throughput_tok_s["output"] for r in runs]
+    tpot = [r.tpot_ms.p99 for r in runs]
     gains = np.diff(throughput) / np.array(throughput[:-1])
     assert throughput == sorted(throughput) and tpot == sorted(tpot)
     assert gains[0] > 0.5 and gains[-1] < 0.2 and np.all(np.diff(gains) < 0)   # diminishing returns
@@ -117,14 +116,14 @@ def test_throughput_flattens_while_tpot_climbs_with_max_num_seqs():
 
 
 def test_a_smaller_token_budget_lowers_tpot_p99():
-    tpot = [run_seed("256", 32, qps="6", budget=b, requests=3000)["tpot_ms"]["p99"] for b in (512, 2048)]
+    tpot = [run_seed("256", 32, qps="6", budget=b, requests=3000).tpot_ms.p99 for b in (512, 2048)]
     assert tpot[0] < tpot[1]
 
 
 def test_mixed_lengths_worsen_the_tail_at_equal_max_num_seqs():
     uniform, mixed = (run_seed(out, 32, qps="3", requests=3000) for out in ("256", "uniform:64:1024"))
-    assert mixed["ttft_ms"]["p99"] > 4 * uniform["ttft_ms"]["p99"]
-    assert mixed["e2e_ms"]["p99"] > uniform["e2e_ms"]["p99"]
+    assert mixed.ttft_ms.p99 > 4 * uniform.ttft_ms.p99
+    assert mixed.e2e_ms.p99 > uniform.e2e_ms.p99
 
 
 def test_prediction_stand_in_has_the_stated_skill():
@@ -142,14 +141,14 @@ def test_the_seeds_remedies_under_kv_pressure():
     work = synthetic("requests=2000,input=uniform:100:3000,output=lognormal:5:1,qps=10,seed=3")
 
     def run(**remedy):
-        cfg = engine_settings(MODEL, GPU, max_model_len=8192, gpu_memory_utilization=0.35, **remedy)
-        return summarize(simulate(work, MODEL, GPU, cfg))
+        return summarize(simulate(work, Scenario(MODEL, GPU, max_model_len=8192, gpu_memory_utilization=0.35,
+                                                 **remedy)))
     lazy, p75, p95, shortest = run(), run(reserve_quantile=0.75), run(reserve_quantile=0.95), \
         run(priority="shortest-predicted")
-    assert p95["preemptions"] < p75["preemptions"] < lazy["preemptions"] / 10   # reserving trades preemption ...
-    assert p95["tpot_ms"]["p99"] < lazy["tpot_ms"]["p99"]                          # ... for steadier decoding
-    assert shortest["ttft_ms"]["p50"] < lazy["ttft_ms"]["p50"] / 5                  # short requests jump the queue
-    assert shortest["ttft_ms"]["p99"] > lazy["ttft_ms"]["p99"]                      # long ones starve
+    assert p95.preemptions < p75.preemptions < lazy.preemptions / 10   # reserving trades preemption ...
+    assert p95.tpot_ms.p99 < lazy.tpot_ms.p99                          # ... for steadier decoding
+    assert shortest.ttft_ms.p50 < lazy.ttft_ms.p50 / 5                  # short requests jump the queue
+    assert shortest.ttft_ms.p99 > lazy.ttft_ms.p99                      # long ones starve
 
 
 def test_every_jitted_module_keys_the_numba_cache():

@@ -1,16 +1,21 @@
-"""Capacity questions around the memory plan: how many of *this trace's* requests fit, the smallest GPU setup
-that holds a model with room for N sequences, static-batching padding, and recompute vs swap preemption cost."""
+"""Capacity questions around the memory plan: how many of *this trace's* requests fit at once, and the smallest
+tensor-parallel setup that holds a model with room for N sequences."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.capacity.memory import MemoryPlan, plan_memory
-from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import ModelSpec
+from planner.capacity.memory import MemoryPlan
+from planner.catalog.gpus import GiB
+from planner.errors import PlannerError
+from planner.scenario import tp_degrees
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
 
 
 def trace_concurrency(plan: MemoryPlan, final_lengths: np.ndarray) -> dict:
@@ -39,28 +44,33 @@ class FitCheck:
     tokens: int
     tried: list[dict]          # tp, kv_pool_gib, sequences that fit, reason
 
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "gpus": self.gpus, "sequences": self.sequences, "tokens": self.tokens,
+                "tried": self.tried}
 
-def fit_check(model: ModelSpec, gpu: GPU, sequences: int, tokens: int, *, gpu_memory_utilization: float = 0.9,
-              kv_cache_dtype: str = "auto", weight_dtype: str = "bf16", max_tp: int = 64) -> FitCheck:
-    """Try TP 1, 2, 4, … and report, for each, how many ``tokens``-long sequences fit and why not when short.
 
-    The TP degree must divide the attention heads (vLLM's requirement); above 8 GPUs it spans nodes.
-    """
+def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64) -> FitCheck:
+    """Try the scenario at TP 1, 2, 4, … and report, for each, how many ``tokens``-long sequences fit and why not
+    when short. Everything else is the scenario's: dtypes, block size, limits and overheads (weights fitted from a
+    startup log scale with the TP degree; the other overheads are kept as fitted). Degrees vLLM refuses for the
+    model's heads are skipped; above 8 GPUs a replica spans nodes."""
+    if sequences < 1 or tokens < 1:
+        raise PlannerError(f"--fit {sequences}x{tokens}: expected a positive number of sequences and tokens")
     tried = []
-    tp = 1
-    while tp <= max_tp:
-        if model.heads % tp:
-            tp *= 2
+    for tp in (2**k for k in range(int(math.log2(max_tp)) + 1)):
+        if tp not in tp_degrees(scenario.model):
             continue
-        plan = plan_memory(model, gpu, tp=tp, gpu_memory_utilization=gpu_memory_utilization,
-                           kv_cache_dtype=kv_cache_dtype, max_model_len=tokens, weight_dtype=weight_dtype)
+        weights = scenario.overheads.weights_bytes
+        overheads = (replace(scenario.overheads, weights_bytes=math.ceil(weights * scenario.tp / tp))
+                     if weights is not None else scenario.overheads)
+        plan = scenario.replace(tp=tp, max_model_len=tokens, overheads=overheads).memory
         blocks_each = math.ceil(tokens / plan.block_size)
-        fit = plan.num_blocks // blocks_each if blocks_each else 0
+        fit = plan.num_blocks // blocks_each
         if plan.kv_pool_bytes <= 0:
             reason = (f"weights {plan.weights_bytes_per_gpu / GiB:.1f} GiB per GPU plus overheads "
                       f"{(plan.activation_bytes + plan.non_torch_bytes) / GiB:.1f} GiB exceed the "
-                      f"{plan.requested_bytes / GiB:.1f} GiB that gpu_memory_utilization {gpu_memory_utilization} "
-                      f"allows: no room for KV")
+                      f"{plan.requested_bytes / GiB:.1f} GiB that gpu_memory_utilization "
+                      f"{scenario.gpu_memory_utilization} allows: no room for KV")
         elif fit < sequences:
             reason = (f"KV pool {plan.kv_pool_bytes / GiB:.1f} GiB per GPU holds {plan.kv_capacity_tokens:,} tokens: "
                       f"{fit} sequences of {tokens:,}, short of {sequences}")
@@ -70,7 +80,4 @@ def fit_check(model: ModelSpec, gpu: GPU, sequences: int, tokens: int, *, gpu_me
                       "reason": reason})
         if fit >= sequences:
             return FitCheck(tp, tp, sequences, tokens, tried)
-        tp *= 2
     return FitCheck(None, None, sequences, tokens, tried)
-
-

@@ -8,14 +8,17 @@ startup log. The seed article's simplified arithmetic is kept beside it, labelle
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import ModelSpec, param_count, weights_bytes
 from planner.errors import PlannerError
 
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
+
 KV_DTYPE_BYTES = {"auto": None, "bf16": 2, "fp16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-DEFAULT_BLOCK_SIZE = 16
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int = 2) -> int:
@@ -141,8 +144,18 @@ class MemoryPlan:
     max_num_seqs: int
     overheads_source: str
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
+        """The JSON twin: every term (the ``plan`` object of ``memory --json``)."""
         return dict(self.__dict__)
+
+    def breakdown_gib(self) -> dict[str, float]:
+        """Where one GPU's memory goes (GiB): weights, activation peak, non-torch, CUDA graphs, KV cache, and what
+        lies outside the budget (``1 − gpu_memory_utilization``, plus graphs captured outside it)."""
+        unused = self.total_bytes - self.requested_bytes
+        return {"weights": self.weights_bytes_per_gpu / GiB, "activation": self.activation_bytes / GiB,
+                "non_torch": self.non_torch_bytes / GiB, "cuda_graphs": self.cudagraph_bytes / GiB,
+                "kv_cache": max(self.kv_pool_bytes, 0) / GiB,
+                "outside_budget": (unused - (0 if self.cudagraph_counted else self.cudagraph_bytes)) / GiB}
 
 
 def _blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> float:
@@ -156,56 +169,42 @@ def _blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, m
     return full + min(window, full)         # hybrid: one full-attention and one sliding group, equal sizes
 
 
-def plan_memory(model: ModelSpec, gpu: GPU, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
-                kv_cache_dtype: str = "auto", max_model_len: int | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-                max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                num_gpu_blocks: int | None = None, weight_dtype: str = "bf16",
-                overheads: Overheads | None = None) -> MemoryPlan:
-    """vLLM V1's KV budget for one GPU of a ``tp``-way group.
+def plan_memory(scenario: Scenario) -> MemoryPlan:
+    """vLLM V1's KV budget for one GPU of the scenario's tensor-parallel group.
 
     ``requested = ceil(util × total)``; ``kv_pool = requested − weights/TP − activation − non_torch
     [− cudagraph]``; ``num_blocks = kv_pool // (block_size × KV bytes per token per layer per rank × layers)``
     (``num_gpu_blocks`` overrides it, as ``--num-gpu-blocks-override`` does); ``max_concurrency =
-    num_blocks / blocks a max_model_len request needs``.
-
-    Raises
-    ------
-    PlannerError
-        For impossible settings (utilization outside (0, 1], TP < 1, block size < 1).
+    num_blocks / blocks a max_model_len request needs``. Take it as :attr:`Scenario.memory`.
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise PlannerError(f"--gpu-mem-util {gpu_memory_utilization}: expected a fraction in (0, 1]")
-    if tp < 1 or block_size < 1:
-        raise PlannerError(f"--tp {tp} and --block-size {block_size}: expected positive integers")
-    overheads = overheads or Overheads()
-    max_model_len = int(max_model_len or model.max_position)
-    batched = int(max_num_batched_tokens or default_batched_tokens(gpu))
-    seqs = int(max_num_seqs or default_max_num_seqs(gpu))
-    weights = weights_bytes(model, weight_dtype)
-    weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / tp)
+    s, model, gpu, overheads = scenario, scenario.model, scenario.gpu, scenario.overheads
+    weights = weights_bytes(model, s.weight_dtype)
+    weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / s.tp)
     activation = (overheads.activation_bytes if overheads.activation_bytes is not None
-                  else activation_peak_bytes(model, tp, batched, seqs))
-    non_torch = overheads.non_torch_bytes if overheads.non_torch_bytes is not None else non_torch_bytes(tp)
-    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
-    graphs = overheads.cudagraph_bytes if overheads.cudagraph_bytes is not None else cudagraph_bytes(model, seqs)
+                  else activation_peak_bytes(model, s.tp, s.max_num_batched_tokens, s.max_num_seqs))
+    non_torch = overheads.non_torch_bytes if overheads.non_torch_bytes is not None else non_torch_bytes(s.tp)
+    requested = math.ceil(gpu.memory_bytes * s.gpu_memory_utilization)
+    graphs = (overheads.cudagraph_bytes if overheads.cudagraph_bytes is not None
+              else cudagraph_bytes(model, s.max_num_seqs))
     cudagraph = graphs if overheads.cudagraph_counted else 0
     pool = requested - weights_per_gpu - activation - non_torch - cudagraph
-    per_token_gpu = kv_bytes_per_token(model, kv_cache_dtype, tp)
-    if num_gpu_blocks is not None:
-        blocks = int(num_gpu_blocks)
+    per_token_gpu = kv_bytes_per_token(model, s.kv_cache_dtype, s.tp)
+    if s.num_gpu_blocks is not None:
+        blocks = s.num_gpu_blocks
     else:
-        blocks = max(0, pool) // (block_size * per_token_gpu) if per_token_gpu else 0
-    per_request = _blocks_per_request(model, max_model_len, block_size, batched)
+        blocks = max(0, pool) // (s.block_size * per_token_gpu) if per_token_gpu else 0
+    per_request = _blocks_per_request(model, s.max_model_len, s.block_size, s.max_num_batched_tokens)
     return MemoryPlan(
         param_count=param_count(model), weights_bytes=weights, weights_bytes_per_gpu=int(weights_per_gpu),
         total_bytes=gpu.memory_bytes, requested_bytes=requested, activation_bytes=int(activation),
         non_torch_bytes=int(non_torch), cudagraph_bytes=int(graphs),
         cudagraph_counted=overheads.cudagraph_counted, kv_pool_bytes=int(pool),
-        kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
-        block_size=block_size, num_blocks=int(blocks), kv_capacity_tokens=int(blocks * block_size),
-        max_model_len=max_model_len, blocks_per_max_len_request=int(per_request),
-        max_concurrency=blocks / per_request if per_request else 0.0, max_num_batched_tokens=batched,
-        max_num_seqs=seqs, overheads_source=overheads.source)
+        kv_bytes_per_token=kv_bytes_per_token(model, s.kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
+        block_size=s.block_size, num_blocks=int(blocks), kv_capacity_tokens=int(blocks * s.block_size),
+        max_model_len=s.max_model_len, blocks_per_max_len_request=int(per_request),
+        max_concurrency=blocks / per_request if per_request else 0.0,
+        max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
+        overheads_source=overheads.source)
 
 
 def seed_pool_sequences(total_gb: float, utilization: float, weights_gb: float, kv_bytes_per_token_: int,
@@ -218,8 +217,3 @@ def seed_pool_sequences(total_gb: float, utilization: float, weights_gb: float, 
     """
     unit = GiB if binary else 10**9
     return (total_gb * utilization - weights_gb) * unit / (kv_bytes_per_token_ * context_tokens)
-
-
-def with_overheads(overheads: Overheads, **changes) -> Overheads:
-    """A copy with some overheads replaced (None values ignored)."""
-    return replace(overheads, **{k: v for k, v in changes.items() if v is not None})

@@ -1,9 +1,11 @@
-"""KV reservation policies of real engines, and the seed article's page formula as a labelled alternative.
+"""KV reservation policies: each simulated engine's own admission rule, and, as labelled alternatives no engine
+here runs, SGLang's and the seed article's page formula.
 
 Each policy says how many KV tokens a request holds at its peak, given its prompt, its actual output and the
-``max_new_tokens`` it was sent with (engines.md §7). vLLM reserves nothing ahead: it allocates blocks as tokens
-are computed and preempts when they run out, so its peak is the request's final length. A new policy is one
-``Policy`` entry in :data:`POLICIES`.
+``max_new_tokens`` it was sent with (engines.md §7). The engines' policies are derived from the engines
+(:meth:`planner.sim.engines.base.Engine.peak_tokens`, the rule their loops admit by): vLLM reserves nothing ahead,
+it allocates blocks as tokens are computed and preempts when they run out, so its peak is the request's final
+length. A new engine brings its policy with it; a new alternative is one ``Policy`` entry here.
 """
 
 from __future__ import annotations
@@ -13,79 +15,63 @@ from typing import Callable
 
 import numpy as np
 
-from planner.errors import PlannerError
-
-
-def _blocks(tokens: np.ndarray, block: int) -> np.ndarray:
-    return np.ceil(np.asarray(tokens, dtype=float) / block) * block
+from planner.sim.engines import ENGINES
+from planner.sim.kernel import LAZY
 
 
 @dataclass(frozen=True)
 class Policy:
-    """``peak_tokens(prompt, output, max_new) -> tokens held at the request's peak`` (arrays broadcast)."""
+    """``peak_tokens(prompt, output, max_new, block_size) -> tokens held at the request's peak`` (arrays
+    broadcast)."""
 
     name: str
     label: str
-    peak_tokens: Callable[[np.ndarray, np.ndarray, float], np.ndarray]
+    peak_tokens: Callable[[np.ndarray, np.ndarray, float, int], np.ndarray]
     help: str
     preempts: bool        # lazy growth that can run out (True) or a reservation that guarantees completion
+    simulated: bool = True    # an engine of the simulator (False: an alternative shown for comparison)
 
 
-def _vllm(prompt, output, max_new):
-    return _blocks(prompt + np.minimum(output, max_new), 16)
-
-
-def _tgi(prompt, output, max_new):
-    # input + min(max_new, 1024); a longer output is re-queued per 1,024-token chunk with what it generated so far
-    generated = np.minimum(output, max_new)
-    chunks = np.maximum(1, np.ceil(generated / 1024))
-    return _blocks(prompt + np.minimum(max_new, chunks * 1024), 16)
-
-
-def _trtllm(prompt, output, max_new):
-    return _blocks(prompt + np.broadcast_to(max_new, np.shape(prompt)), 32)
+def _engine_policies() -> list[Policy]:
+    """One policy per distinct admission rule among the engines (vLLM V1 and V0 share the lazy one)."""
+    groups: dict[tuple, list] = {}
+    for engine in ENGINES.values():
+        if engine.reservation is not None:
+            groups.setdefault((engine.reservation, engine.block_tokens), []).append(engine)
+    out = []
+    for engines in groups.values():
+        first = engines[0]
+        out.append(Policy(first.name, " / ".join(e.label for e in engines), first.peak_tokens, first.help,
+                          preempts=first.reservation == LAZY))
+    return out
 
 
 def _sglang(ratio: float):
     """SGLang admits against input + min(max_new, 4096) but then counts a running request's remaining tokens times
     ``new_token_ratio``; with a ratio below 1 the hold peaks at the end: everything generated plus ratio × what
     ``max_new_tokens`` still allows."""
-    def held(prompt, output, max_new):
+    def held(prompt, output, max_new, block_size):
         generated = np.minimum(output, max_new)
         return prompt + generated + ratio * np.minimum(np.maximum(max_new - generated, 0.0), 4096)
     return held
 
 
-def _seed(prompt, output, max_new):
-    return np.broadcast_to(_blocks(np.asarray(max_new, dtype=float), 16), np.shape(prompt)).astype(float)
+def _seed(prompt, output, max_new, block_size):
+    pages = np.ceil(np.asarray(max_new, dtype=float) / block_size) * block_size
+    return np.broadcast_to(pages, np.shape(prompt)).astype(float)
 
 
-POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("vllm", "vLLM V0/V1 (lazy)", _vllm,
-           "No reservation: blocks of 16 tokens are allocated as tokens are computed; when none is free the most "
-           "recently admitted request is preempted (recompute). max_new_tokens only truncates output.", True),
-    Policy("tgi", "TGI ≥ 3.1.1", _tgi,
-           "Reserves input + min(max_new_tokens, 1024) at admission; longer outputs are re-queued per 1,024-token "
-           "chunk. Never preempts: requests wait instead.", False),
-    Policy("trtllm", "TensorRT-LLM GUARANTEED_NO_EVICT", _trtllm,
-           "Reserves ceil((prompt + max_new_tokens) / 32) blocks of 32 tokens up front; a started request is never "
-           "paused.", False),
+POLICIES: dict[str, Policy] = {p.name: p for p in (*_engine_policies(),
     Policy("sglang", "SGLang, new_token_ratio 0.7 (after a reset)", _sglang(0.7),
            "Admits against input + min(max_new_tokens, 4096); running requests count remaining × new_token_ratio, "
-           "which starts at 0.7 after an idle period or a retraction ...", True),
+           "which starts at 0.7 after an idle period or a retraction ...", True, simulated=False),
     Policy("sglang-decayed", "SGLang, new_token_ratio 0.098 (decayed)", _sglang(0.098),
            "... and decays linearly to 0.098 over 600 decode steps; when decode runs out it retracts requests and "
-           "raises the ratio again.", True),
+           "raises the ratio again.", True, simulated=False),
     Policy("seed", "Seed article's page formula (not a real engine)", _seed,
-           "ceil(max_new_tokens / 16) pages per request, prompt ignored: the arithmetic of seed 002, which claims "
-           "vLLM works this way. vLLM does not reserve for max_new_tokens.", False),
+           "ceil(max_new_tokens / block) pages per request, prompt ignored: the arithmetic of seed 002, which claims "
+           "vLLM works this way. vLLM does not reserve for max_new_tokens.", False, simulated=False),
 )}
-
-
-def get_policy(name: str) -> Policy:
-    if name not in POLICIES:
-        raise PlannerError(f"unknown reservation policy {name!r}: expected one of {', '.join(POLICIES)}")
-    return POLICIES[name]
 
 
 def seed_concurrency(pool_pages: int, max_new_tokens: int, block_size: int = 16) -> int:
@@ -94,9 +80,10 @@ def seed_concurrency(pool_pages: int, max_new_tokens: int, block_size: int = 16)
 
 
 def concurrency_ceiling(policy: Policy, pool_tokens: int, prompt: np.ndarray, output: np.ndarray,
-                        max_new: float) -> float:
+                        max_new: float, block_size: int = 16) -> float:
     """How many of this trace's requests fit at once: the pool over the mean peak a request holds."""
-    peak = float(np.mean(policy.peak_tokens(np.asarray(prompt, float), np.asarray(output, float), max_new)))
+    peak = float(np.mean(policy.peak_tokens(np.asarray(prompt, float), np.asarray(output, float), max_new,
+                                            block_size)))
     return pool_tokens / peak if peak > 0 else float("inf")
 
 
@@ -106,7 +93,7 @@ def exceed_share(output: np.ndarray, max_new: float) -> float:
     return float(np.mean(np.asarray(output) > max_new))
 
 
-def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray,
+def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray, block_size: int = 16,
                    max_new_grid: np.ndarray | None = None) -> list[dict]:
     """For each policy and ``max_new_tokens``: concurrency ceiling, reserved over used KV, share exceeding.
 
@@ -122,7 +109,7 @@ def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray,
         used = float(np.mean(prompt + np.minimum(output, value)))
         share = exceed_share(output, value)
         for policy in POLICIES.values():
-            peak = float(np.mean(policy.peak_tokens(prompt, output, value)))
+            peak = float(np.mean(policy.peak_tokens(prompt, output, value, block_size)))
             rows.append({"policy": policy.name, "label": policy.label, "max_new_tokens": float(value),
                          "concurrency": pool_tokens / peak if peak else None, "reserved_tokens": peak,
                          "used_tokens": used, "over_reservation": peak / used if used else None,

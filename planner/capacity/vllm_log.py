@@ -8,11 +8,12 @@ size: N tokens", "# GPU blocks: N", "Maximum concurrency for N tokens per reques
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.capacity.memory import Overheads
-from planner.catalog.gpus import GiB
+from planner.catalog.gpus import GPU, GiB
 from planner.errors import PlannerError
 
 _UNITS = {"gib": GiB, "gb": GiB, "mib": 1024**2, "mb": 1024**2}   # vLLM writes "GB" for GiB in older versions
@@ -103,3 +104,18 @@ def fit_overheads(parsed: ParsedLog, requested_bytes: int) -> Overheads:
     return Overheads(activation_bytes=residual - non_torch, non_torch_bytes=non_torch,
                      weights_bytes=parsed.weights_bytes, cudagraph_bytes=parsed.cudagraph_bytes or 0,
                      cudagraph_counted=False, source="fitted from log")
+
+
+def overheads_from_log(text: str, gpu: GPU, gpu_memory_utilization: float) -> tuple[GPU, Overheads]:
+    """The GPU as the logged server saw it (its total memory, when logged) and the overheads that make the plan
+    reproduce the log's KV memory: what a scenario built from a pasted startup log takes.
+
+    Raises
+    ------
+    PlannerError
+        When the log has neither the weights nor the available KV memory.
+    """
+    parsed = parse_log(text)
+    if parsed.total_bytes:
+        gpu = replace(gpu, memory_bytes=parsed.total_bytes)
+    return gpu, fit_overheads(parsed, math.ceil(gpu.memory_bytes * gpu_memory_utilization))

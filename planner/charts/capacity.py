@@ -1,19 +1,30 @@
-"""Chart builders for memory and capacity: pure functions of :func:`planner.capacity.report.memory_report` parts."""
+"""Chart builders for memory and capacity: pure functions of a :class:`planner.capacity.report.CapacityReport`'s
+parts."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import altair as alt
 import polars as pl
 
+if TYPE_CHECKING:
+    from planner.capacity.memory import MemoryPlan
+
 _PARTS = ("weights", "activation", "non_torch", "cuda_graphs", "kv_cache", "outside_budget")
 
 
-def breakdown_bar(breakdown_gib: dict) -> alt.Chart:
-    """One GPU's memory as a stacked bar: weights, activation peak, non-torch, CUDA graphs, KV cache, the rest."""
-    data = pl.DataFrame({"part": list(_PARTS), "gib": [float(breakdown_gib[p]) for p in _PARTS],
+def breakdown_bar(plan: MemoryPlan) -> alt.Chart:
+    """One GPU's memory as a stacked bar: weights, activation peak, non-torch, CUDA graphs, KV cache, the rest.
+
+    The bar is a band on a one-value nominal axis: a bar placed by a pixel value (``y=alt.value``) has no height
+    in Streamlit's renderer and draws nothing there, though vl-convert draws it.
+    """
+    breakdown = plan.breakdown_gib()
+    data = pl.DataFrame({"gpu": "one GPU", "part": list(_PARTS), "gib": [float(breakdown[p]) for p in _PARTS],
                          "order": list(range(len(_PARTS)))})
     return alt.Chart(data).mark_bar().encode(
-        x=alt.X("sum(gib):Q", title="GiB per GPU", stack="zero"), y=alt.value(20),
+        x=alt.X("gib:Q", title="GiB per GPU", stack="zero"), y=alt.Y("gpu:N", title=None, axis=None),
         color=alt.Color("part:N", sort=list(_PARTS), title=None), order="order:Q",
         tooltip=["part:N", alt.Tooltip("gib:Q", format=".2f")]).properties(height=60)
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import altair as alt
 import polars as pl
+
+if TYPE_CHECKING:
+    from planner.recommend.search import ClassRecommendation
 
 METRICS = {"ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "throughput_tok_s": "output tok/s"}
 
@@ -53,3 +58,21 @@ def tornado_chart(rows: list[dict]) -> alt.Chart:
         color=alt.Color("change:N", title=None),
         tooltip=["factor:N", "change:N", alt.Tooltip("value_ms:Q", format=",.0f"),
                  alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=140)
+
+
+def class_charts(row: ClassRecommendation) -> dict[str, alt.TopLevelMixin]:
+    """A class's sensitivity charts (knob sweeps around its settings, Pareto front, tornado), by name; empty for a
+    class without sweeps (infeasible, or recommended without details). The page and the report draw these."""
+    details = row.details or {}
+    if "sweeps" not in details:
+        return {}
+    out = {}
+    for knob, chosen in (("max_num_seqs", row.config["max_num_seqs"]),
+                         ("max_num_batched_tokens", row.config["max_num_batched_tokens"]),
+                         ("rate_rps", row.max_qps_per_replica)):
+        points = details["sweeps"]["rate" if knob == "rate_rps" else knob]
+        bands = details["bands"] if knob == "rate_rps" else None
+        out[knob] = sweep_chart(points, knob, chosen, dict(row.slo), bands)
+    out["pareto"] = pareto_chart(details["points"], details["pareto"])
+    out["tornado"] = tornado_chart(details["tornado"])
+    return out

@@ -1,10 +1,15 @@
-"""Chart builders for simulation results: timelines and latency CDFs (pure functions of ``summarize`` output)."""
+"""Chart builders for simulation results: timelines and latency CDFs (pure functions of a replay's results)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import altair as alt
 import numpy as np
 import polars as pl
+
+if TYPE_CHECKING:
+    from planner.sim.results import Timeline
 
 CDF_POINTS = 200
 
@@ -28,9 +33,15 @@ def cdf_chart(frame: pl.DataFrame, title: str) -> alt.Chart:
     ).properties(title=title, height=240)
 
 
-def timeline_chart(timeline: dict) -> alt.VConcatChart:
+def latency_cdf_chart(ttft_s: np.ndarray, tpot_s: np.ndarray, title: str) -> alt.Chart:
+    """TTFT and TPOT CDFs of one replay (per-request seconds)."""
+    return cdf_chart(pl.concat([latency_quantiles(np.asarray(ttft_s), "TTFT"),
+                                latency_quantiles(np.asarray(tpot_s), "TPOT")]), title)
+
+
+def timeline_chart(timeline: Timeline) -> alt.VConcatChart:
     """Running and waiting requests, KV blocks in use and step time over simulated time."""
-    frame = pl.DataFrame(timeline)
+    frame = pl.DataFrame(timeline.to_dict())
     if frame.height == 0:
         return alt.vconcat(alt.Chart(pl.DataFrame({"time_s": [0.0]})).mark_point())
     counts = frame.select("time_s", "running", "waiting").unpivot(index="time_s", variable_name="series",

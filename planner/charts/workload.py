@@ -158,7 +158,8 @@ def dispersion_chart(curve: list[dict]) -> alt.LayerChart:
 
 
 def joint_heatmap(rows: list[dict]) -> alt.Chart:
-    """2-D histogram of input against output tokens on log2 bins (from :func:`planner.workload.tables.joint_histogram`)."""
+    """2-D histogram of input against output tokens on log2 bins (from
+    :func:`planner.workload.tables.joint_histogram`)."""
     data = pl.DataFrame(rows).with_columns(pl.col("input_lo").clip(0.5), pl.col("output_lo").clip(0.5))
     return alt.Chart(data).mark_rect().encode(
         x=alt.X("input_lo:Q", scale=alt.Scale(type="log"), title="input tokens"), x2="input_hi:Q",

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from dataclasses import replace
 
-from planner.cli.output import clean as _clean
 from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.report import add_report_command
+from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
 from planner.cli.sim import add_simulation_commands
 from planner.errors import PlannerError
+from planner.jsonable import clean
 from planner.traces import store
 from planner.traces.sources import FORMATS, Dialect
 
@@ -67,7 +66,7 @@ def cmd_stats(args) -> None:
 
     con = store.open_store(args.db)
     obj = trace_stats(con, args.trace)
-    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+    _emit(args, obj, json.dumps(clean(obj), indent=2))
 
 
 def cmd_fit(args) -> None:
@@ -88,23 +87,13 @@ def cmd_workload(args) -> None:
     con = store.open_store(args.db)
     edges = tuple(float(e) for e in args.buckets.split(",")) if args.buckets else DEFAULT_BUCKET_EDGES
     obj = workload_report(con, args.trace, window_s=args.window, edges=edges)
-    _emit(args, obj, json.dumps(_clean(obj), indent=2))
+    _emit(args, obj, json.dumps(clean(obj), indent=2))
 
 
 def cmd_memory(args) -> None:
-    from planner.capacity.memory import Overheads
-    from planner.capacity.report import memory_report
-    from planner.capacity.vllm_log import fit_overheads, parse_log
-    from planner.catalog.gpus import get_gpu
-    from planner.catalog.presets import get_model
+    from planner.capacity.report import capacity_report
 
-    model, gpu = get_model(args.model), get_gpu(args.gpu)
-    overheads = Overheads(cudagraph_counted=args.cudagraphs == "counted")
-    if args.vllm_log:
-        parsed = parse_log(open(args.vllm_log, encoding="utf-8", errors="replace").read())
-        if parsed.total_bytes:
-            gpu = replace(gpu, memory_bytes=parsed.total_bytes)
-        overheads = fit_overheads(parsed, math.ceil(gpu.memory_bytes * args.gpu_mem_util))
+    scenario = scenario_from_args(args)
     lengths = None
     if args.trace:
         from planner.traces.queries import request_lengths
@@ -118,19 +107,14 @@ def cmd_memory(args) -> None:
             fit = (int(count), int(tokens))
         except ValueError as exc:
             raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
-    obj = memory_report(model, gpu, tp=args.tp, gpu_memory_utilization=args.gpu_mem_util,
-                        kv_cache_dtype=args.kv_cache_dtype, max_model_len=args.max_model_len,
-                        block_size=args.block_size, max_num_batched_tokens=args.max_num_batched_tokens,
-                        max_num_seqs=args.max_num_seqs, num_gpu_blocks=args.num_gpu_blocks,
-                        weight_dtype=args.weight_dtype or model.weight_dtype, overheads=overheads, lengths=lengths,
-                        fit=fit)
-    gib = 1024**3
-    human = (f"{model.name} on {args.tp}x {gpu.label}: {obj['param_count'] / 1e9:.2f}B params, weights "
-             f"{obj['weights_bytes'] / gib:.1f} GiB; KV {obj['kv_bytes_per_token']:,} B/token "
-             f"({obj['kv_bytes_per_token_per_gpu']:,} per GPU); pool {obj['kv_pool_bytes'] / gib:.2f} GiB = "
-             f"{obj['num_blocks']:,} blocks = {obj['kv_capacity_tokens']:,} tokens per GPU; maximum concurrency "
-             f"{obj['max_concurrency']:.2f}x for {obj['plan']['max_model_len']:,} tokens per request")
-    _emit(args, obj, human)
+    report = capacity_report(scenario, lengths=lengths, fit=fit)
+    plan, gib = report.plan, 1024**3
+    human = (f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}: {plan.param_count / 1e9:.2f}B params, "
+             f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "
+             f"({plan.kv_bytes_per_token_per_gpu:,} per GPU); pool {plan.kv_pool_bytes / gib:.2f} GiB = "
+             f"{plan.num_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens per GPU; maximum concurrency "
+             f"{plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request")
+    _emit(args, report.to_dict(), human)
 
 
 def cmd_rejects(args) -> None:
@@ -146,8 +130,16 @@ def cmd_rejects(args) -> None:
     _emit(args, obj, f"wrote {len(rows)} rejects to {args.output}" if args.output else human)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a malformed command line reported as one ``error: …`` line (the contract's form), not a
+    usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog.removeprefix('python -m planner ')}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m planner", description="LLM serving capacity planner")
+    parser = _Parser(prog="python -m planner", description="LLM serving capacity planner")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -193,21 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_workload)
 
     p = command("memory", "KV bytes per token, vLLM's memory budget, KV capacity and maximum concurrency")
-    p.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
-    p.add_argument("--gpu", required=True, help="GPU preset (a100-80gb-sxm, h100-sxm, …)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    p.add_argument("--gpu-mem-util", type=float, default=0.9, help="vLLM --gpu-memory-utilization")
-    p.add_argument("--kv-cache-dtype", default="auto", help="auto (model dtype) or fp8")
-    p.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-num-batched-tokens", type=int, help="default: vLLM serve's for the GPU")
-    p.add_argument("--max-num-seqs", type=int, help="default: vLLM serve's for the GPU")
-    p.add_argument("--num-gpu-blocks", type=int, help="override the computed block count")
-    p.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp8", "int8", "int4"),
-                   help="default: the model's own (DeepSeek-V3 fp8, others bf16)")
-    p.add_argument("--cudagraphs", choices=("counted", "outside"), default="counted",
-                   help="CUDA-graph memory inside the KV budget (vLLM >= 0.21, default) or outside it (earlier)")
-    p.add_argument("--vllm-log", help="a vLLM startup log: fit the overheads to it")
+    add_scenario_arguments(p)
     p.add_argument("--trace", help="add this trace's concurrency, reservation trade-off, padding, preemption")
     p.add_argument("--fit", help="SEQUENCESxTOKENS: smallest TP that holds the model with room for them")
     p.set_defaults(func=cmd_memory)

@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
-from typing import Any
 
-
-def clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean(v) for v in obj]
-    return obj
+from planner.jsonable import clean
 
 
 def emit(args, obj: dict, human: str) -> None:

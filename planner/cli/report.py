@@ -1,4 +1,4 @@
-"""The ``report`` command: build a capacity report, save it under a new id, write the chosen twin to a file."""
+"""The ``report`` command: build a capacity report once, write the chosen twins to files, save it under a new id."""
 
 from __future__ import annotations
 
@@ -29,25 +29,43 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def _targets(args) -> list[tuple[Path, str]]:
+    """Each ``-o`` file with its format (``--format``, else its extension, else html), checked before any work."""
+    if args.format and len(args.output) > 1:
+        raise PlannerError("--format names one format: with several -o files, each takes its extension's")
+    out = []
+    for name in args.output:
+        path = Path(name).resolve()
+        fmt = args.format or (path.suffix.lstrip(".").lower() if path.suffix else "html")
+        if fmt not in FORMATS:
+            raise PlannerError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if path.is_dir():
+            raise PlannerError(f"-o {name}: is a directory; expected a file to write")
+        out.append((path, fmt))
+    return out
+
+
 def cmd_report(args) -> None:
     from planner.report.build import build_report
+    from planner.report.render import twins
     from planner.report.store import publish_report
 
-    fmt = args.format or (Path(args.output).suffix.lstrip(".").lower() if Path(args.output).suffix else "html")
-    if fmt not in FORMATS:
-        raise PlannerError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    model, gpu, options, cost = recommend_inputs(args)
+    targets = _targets(args)
+    scenario, options = recommend_inputs(args)
     con = store.open_store(args.db)
-    body = build_report(con, args.trace, model, gpu, options, cost, progress_printer(not args.quiet))
-    saved = publish_report(con, body)
-    path = Path(args.output).resolve()
-    write_atomically(path, {"html": saved.html, "md": saved.markdown, "json": json.dumps(body)}[fmt])
-    print(json.dumps({"path": str(path), "report_id": saved.report_id, "format": fmt, "title": body["title"]}))
+    report = build_report(con, args.trace, scenario, options, progress_printer(not args.quiet))
+    texts = twins(report)
+    for path, fmt in targets:      # every file is written before the report is saved: never one without the other
+        write_atomically(path, texts[fmt])
+    saved = publish_report(con, report, texts=texts)
+    print(json.dumps({"path": str(targets[0][0]), "paths": [str(p) for p, _ in targets], "report_id": saved.report_id,
+                      "format": targets[0][1], "title": saved.title}))
 
 
 def add_report_command(command) -> None:
     p = command("report", "a self-contained capacity report (HTML, Markdown or JSON), saved under a shareable id")
     add_recommend_flags(p)
-    p.add_argument("-o", "--output", required=True, help="file to write")
+    p.add_argument("-o", "--output", required=True, action="append",
+                   help="file to write (repeatable: one build, several twins, e.g. -o r.html -o r.md -o r.json)")
     p.add_argument("--format", choices=FORMATS, help="default: from the file's extension, else html")
     p.set_defaults(func=cmd_report)

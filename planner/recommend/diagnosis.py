@@ -8,16 +8,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.recommend.search import BUDGET_GRID, SEQS_GRID, Search, SLOClass, _metric_ms, _output_rate, slo_load
-from planner.sim.run import SimResult
+from planner.recommend.search import BUDGET_GRID, SEQS_GRID, ClassRecommendation, Search
+from planner.recommend.slo import SLOClass, slo_load
+from planner.sim.results import SimResult
 from planner.sim.workload import poisson_or_gamma
 
 LOAD_STEPS = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5)
 
 
 def _point(result: SimResult, **extra) -> dict:
-    return {**extra, "ttft_p99_ms": _metric_ms(result, "ttft", 99), "tpot_p99_ms": _metric_ms(result, "tpot", 99),
-            "e2e_p99_ms": _metric_ms(result, "e2e", 99), "throughput_tok_s": _output_rate(result),
+    return {**extra, "ttft_p99_ms": result.metric_ms("ttft", 99), "tpot_p99_ms": result.metric_ms("tpot", 99),
+            "e2e_p99_ms": result.metric_ms("e2e", 99), "throughput_tok_s": result.output_rate_tok_s(),
             "preemptions": int(result.preemptions.sum())}
 
 
@@ -38,7 +39,7 @@ def rate_bands(search: Search, seqs: int, budget: int, scale: float, chunked: bo
                seeds: tuple[int, ...] = (1, 2, 3)) -> list[dict]:
     """Spread of TTFT/TPOT p99 across the load steps when the trace's requests are resampled (bootstrap of the
     (input, output) pairs onto the same arrival times, one per seed): how much of a curve is sampling noise."""
-    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
+    cfg = search.config(seqs, budget, chunked)
     rows = []
     for factor in LOAD_STEPS:
         values = {"ttft_p99_ms": [], "tpot_p99_ms": []}
@@ -48,8 +49,8 @@ def rate_bands(search: Search, seqs: int, budget: int, scale: float, chunked: bo
                            input_tokens=search.workload.input_tokens[pick],
                            output_tokens=search.workload.output_tokens[pick])
             result = search.replay(work, cfg)
-            values["ttft_p99_ms"].append(_metric_ms(result, "ttft", 99))
-            values["tpot_p99_ms"].append(_metric_ms(result, "tpot", 99))
+            values["ttft_p99_ms"].append(result.metric_ms("ttft", 99))
+            values["tpot_p99_ms"].append(result.metric_ms("tpot", 99))
         rows.append({"rate_rps": search.base_rate * scale * factor,
                      **{f"{k}_lo": min(v) for k, v in values.items()},
                      **{f"{k}_hi": max(v) for k, v in values.items()}})
@@ -71,12 +72,12 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
             seed: int = 0) -> list[dict]:
     """The class's metric with ±20% arrival rate, mean output length and burstiness (arrival CV)."""
     metric, percentile = slo.focus
-    base = _metric_ms(search.run(seqs, budget, scale, chunked), metric, percentile)
-    cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
+    base = search.run(seqs, budget, scale, chunked).metric_ms(metric, percentile)
+    cfg = search.config(seqs, budget, chunked)
     work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
     gaps = np.diff(work.arrival_s)
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
-    rate = (work.n - 1) / float(work.arrival_s[-1] - work.arrival_s[0])
+    rate = search.base_rate * scale
     rows = []
     for factor in (0.8, 1.2):
         variants = {
@@ -89,7 +90,7 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
         for name, variant in variants.items():
             result = search.replay(variant, cfg)
             rows.append({"factor": name, "change": f"{factor - 1:+.0%}",
-                         "value_ms": _metric_ms(result, metric, percentile), "baseline_ms": base})
+                         "value_ms": result.metric_ms(metric, percentile), "baseline_ms": base})
     return rows
 
 
@@ -117,7 +118,7 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     result = search.run(seqs, budget, scale, chunked)
     timeline = result.timeline
     if timeline.size:
-        kv_peak = float(timeline[:, 3].max() / search.base.num_blocks)
+        kv_peak = float(timeline[:, 3].max() / search.config(seqs, budget, chunked).settings.num_blocks)
         seqs_peak = float(timeline[:, 1].max())
         compute_share = float(np.mean(timeline[:, 5] == 0))
         if result.preemptions.sum() or kv_peak > 0.95:
@@ -131,27 +132,25 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
                      "(decode): a larger token budget speeds prompts, a smaller one steadies decoding.")
     outputs = search.workload.output_tokens
     cv = float(outputs.std() / outputs.mean()) if outputs.mean() else 0.0
-    if cv > 0.8 and search.engine == "vllm-v1":      # the remedy is a vllm-v1 option (EngineSettings.priority)
+    if cv > 0.8 and search.scenario.engine == "vllm-v1":      # the remedy is a vllm-v1 option (Scenario.priority)
         work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
-        cfg = replace(search.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
-                      priority="shortest-predicted")
-        ranked = search.replay(work, cfg)
-        before, after = _metric_ms(result, "ttft", 50), _metric_ms(ranked, "ttft", 50)
+        ranked = search.replay(work, search.config(seqs, budget, chunked).replace(priority="shortest-predicted"))
+        before, after = result.metric_ms("ttft", 50), ranked.metric_ms("ttft", 50)
         notes.append(f"Output lengths vary widely (CV {cv:.2f}): shortest-predicted-first scheduling moves the TTFT "
-                     f"median from {before:,.0f} to {after:,.0f} ms (p99 {_metric_ms(result, 'ttft', 99):,.0f} → "
-                     f"{_metric_ms(ranked, 'ttft', 99):,.0f} ms); length-aware routing has the same lever.")
+                     f"median from {before:,.0f} to {after:,.0f} ms (p99 {result.metric_ms('ttft', 99):,.0f} → "
+                     f"{ranked.metric_ms('ttft', 99):,.0f} ms); length-aware routing has the same lever.")
     return notes
 
 
-def class_details(search: Search, row: dict, slo: SLOClass, slos: list[SLOClass]) -> dict:
+def class_details(search: Search, row: ClassRecommendation, slo: SLOClass, slos: list[SLOClass]) -> dict:
     """Sweeps, Pareto front, tornado and diagnosis around a class's recommendation (feasible classes only)."""
-    if not row["feasible"]:
+    if not row.feasible:
         return {"diagnosis": [f"No configuration meets {slo.name} on this trace; the closest is shown."]}
-    seqs, budget = row["config"]["max_num_seqs"], row["config"]["max_num_batched_tokens"]
-    chunked = row["config"]["enable_chunked_prefill"]
-    points = [g for g in row["grid"] if g.get("ttft_p99_ms") is not None]
-    return {"sweeps": knob_sweeps(search, seqs, budget, row["scale"], chunked),
+    seqs, budget = row.config["max_num_seqs"], row.config["max_num_batched_tokens"]
+    chunked = row.config["enable_chunked_prefill"]
+    points = [g for g in row.grid if g.get("ttft_p99_ms") is not None]
+    return {"sweeps": knob_sweeps(search, seqs, budget, row.scale, chunked),
             "pareto": pareto(points), "points": points,
-            "tornado": tornado(search, seqs, budget, row["scale"], slo, chunked),
-            "bands": rate_bands(search, seqs, budget, row["scale"], chunked),
-            "diagnosis": diagnose(search, seqs, budget, row["scale"], slos, chunked)}
+            "tornado": tornado(search, seqs, budget, row.scale, slo, chunked),
+            "bands": rate_bands(search, seqs, budget, row.scale, chunked),
+            "diagnosis": diagnose(search, seqs, budget, row.scale, slos, chunked)}

@@ -1,53 +1,84 @@
 """One recommendation run as the CLI, the Recommend page and the report make it: the SLO classes, the trace's
-peak, a search per (tensor-parallel degree, ``max_new_tokens`` cap, preemption mode), the winner per class by
-requests/s per GPU, and optionally each winner's sweeps and diagnosis. One code path, so all three agree."""
+peak, a search per (tensor-parallel degree, ``max_new_tokens`` cap, preemption mode) of one scenario, the winner per
+class by requests/s per GPU, and optionally each winner's sweeps and diagnosis. One code path, so all three agree."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import product
 from typing import Callable
 
 import numpy as np
 
-from planner.catalog.gpus import GPU
-from planner.catalog.models import ModelSpec
 from planner.errors import PlannerError
-from planner.recommend.search import DEFAULT_CLASSES, Search, SLOClass, parse_slo, recommend
-from planner.sim.cost_model import CostParams
+from planner.recommend.search import ClassRecommendation, Search, recommend
+from planner.recommend.slo import DEFAULT_CLASSES, SLOClass, parse_slo
+from planner.scenario import Scenario
 from planner.sim.engines import get_engine
-from planner.sim.run import engine_settings
+from planner.sim.results import rejection_note
 from planner.sim.workload import SimWorkload
 from planner.workload.fitting.arrivals import peak_summary
+from planner.workload.rates import arrival_rate_rps
 
 PEAK_MIN_SPAN_S = 60.0      # shorter traces have no per-minute peak to size for
 
 
 @dataclass(frozen=True)
 class RecommendOptions:
-    """What a recommendation searches over.
+    """What a recommendation searches over, beyond the scenario.
 
     Attributes
     ----------
     slos : tuple of str
         ``NAME:METRIC<VALUE`` classes (``NAME:throughput``: no latency bound); empty: the default three.
+    headroom : float
+        The peak rate is multiplied by this when sizing replicas.
     tp_options : tuple of int
-        Tensor-parallel degrees to compare by requests/s per GPU; empty: ``tp`` only.
+        Tensor-parallel degrees to compare by requests/s per GPU; empty: the scenario's TP only.
     max_new_tokens_options : tuple of str
-        ``none``, integers or ``pNN`` (a percentile of the trace's outputs) to compare; empty: no cap.
+        ``none``, integers or ``pNN`` (a percentile of the trace's outputs) to compare; empty: the scenario's cap.
     """
 
-    tp: int = 1
-    engine: str = "vllm-v1"
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    kv_cache_dtype: str = "auto"
     slos: tuple[str, ...] = ()
     headroom: float = 1.0
     tp_options: tuple[int, ...] = ()
     max_new_tokens_options: tuple[str, ...] = ()
     details: bool = False
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom) and self.headroom >= 1):
+            raise PlannerError(f"--headroom {self.headroom!r}: expected a factor of at least 1 on the peak rate")
+        for tp in self.tp_options:
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+                raise PlannerError(f"--tp-search {tp!r}: expected positive integers such as 1,2,4")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Every class's recommendation for one trace and scenario: the ``recommend --json`` object's body."""
+
+    model: str
+    gpu: str
+    tp: int
+    engine: str
+    peak_rate_rps: float | None
+    trace_rate_rps: float
+    simulations: int
+    skipped: list[str]
+    classes: list[ClassRecommendation]
+    rejected_too_long: int = 0
+    requests: int = 0
+    rejection_note: str | None = None
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("model", "gpu", "tp", "engine", "peak_rate_rps", "trace_rate_rps",
+                                             "simulations", "skipped", "rejected_too_long", "rejection_note")}
+        out["classes"] = [c.to_dict() for c in self.classes]
+        return out
 
 
 def slo_classes(texts: tuple[str, ...]) -> list[SLOClass]:
@@ -70,65 +101,67 @@ def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:
         raise PlannerError(f"max_new_tokens option {text!r}: expected none, an integer or pNN") from exc
 
 
-def plan_recommendation(workload: SimWorkload, model: ModelSpec, gpu: GPU, options: RecommendOptions,
-                        cost: CostParams | None = None,
-                        progress: Callable[[float, str], None] | None = None) -> dict:
-    """Recommend settings per SLO class for ``workload`` on ``gpu``.
+def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: RecommendOptions,
+                        progress: Callable[[float, str], None] | None = None) -> Recommendation:
+    """Recommend settings per SLO class for ``workload`` in ``scenario`` (its TP degree, cap and preemption mode
+    unless ``options`` compares others; the scheduler limits are what the search chooses).
 
     Returns
     -------
-    dict
-        ``model, gpu, tp, engine, peak_rate_rps, trace_rate_rps, simulations, classes`` where each class row is
-        :func:`planner.recommend.search.recommend`'s plus ``tp``, ``max_new_tokens``, ``truncated_share``,
-        ``qps_per_gpu`` and ``compared`` (every option's requests/s per GPU); with ``details``, ``details``.
+    Recommendation
+        Each class row is the best option's :class:`ClassRecommendation` with ``compared`` (every option's
+        requests/s per GPU) and, with ``details``, its sweeps and diagnosis.
     """
     classes = slo_classes(options.slos)
-    engine = get_engine(options.engine)
-    span = float(workload.arrival_s[-1] - workload.arrival_s[0]) if workload.n > 1 else 0.0
-    if span <= 0:
+    engine = get_engine(scenario.engine)
+    rate = arrival_rate_rps(workload.arrival_s)
+    if rate is None:
         raise PlannerError("the trace needs at least two distinct arrival times to be replayed at a rate")
+    span = float(np.ptp(workload.arrival_s))
     peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if span > PEAK_MIN_SPAN_S else None
     caps = tuple(dict.fromkeys(max_new_tokens_cap(t, workload.output_tokens)
-                               for t in options.max_new_tokens_options)) or (None,)
-    combos = list(product(options.tp_options or (options.tp,), caps, engine.preemption_modes))
+                               for t in options.max_new_tokens_options)) or (scenario.max_new_tokens,)
+    combos = list(product(options.tp_options or (scenario.tp,), caps, engine.preemption_modes))
     searches, rows_by, skipped = {}, {}, []
     for i, (tp, cap, mode) in enumerate(combos):
         try:
-            settings = engine_settings(model, gpu, tp=tp, gpu_memory_utilization=options.gpu_memory_utilization,
-                                       max_model_len=options.max_model_len, kv_cache_dtype=options.kv_cache_dtype,
-                                       preemption=mode, max_new_tokens=cap)
-        except PlannerError as exc:      # this TP degree does not fit: compared away, not fatal
+            option = scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap)
+            option.settings            # a TP degree without room for the KV cache is compared away, not fatal
+        except PlannerError as exc:
             skipped.append(f"TP {tp}: {exc}")
             continue
         step = _scaled(progress, i, len(combos), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
-        search = Search(workload, model, gpu, settings, tp=tp, cost=cost, engine=engine.name, progress=step)
+        search = Search(workload, option, progress=step)
         rows_by[(tp, cap, mode)] = recommend(search, classes, peak, options.headroom)
         searches[(tp, cap, mode)] = search
     if not rows_by:
-        raise PlannerError(f"{model.name} fits no option on {gpu.label}: " + "; ".join(skipped))
+        raise PlannerError(f"{scenario.model.name} fits no option on {scenario.gpu.label}: " + "; ".join(skipped))
+
     def rank(combo, i):
         tp, cap, mode = combo
         # most requests/s per GPU; ties: fewer GPUs, no cap (or a looser one), recompute (no host memory)
-        return (rows_by[combo][i]["max_qps_per_replica"] / tp, -tp, math.inf if cap is None else cap,
-                mode == "recompute")
+        return (rows_by[combo][i].qps_per_gpu, -tp, math.inf if cap is None else cap, mode == "recompute")
 
     out = []
     for i, slo in enumerate(classes):
         best = max(rows_by, key=lambda combo: rank(combo, i))
-        tp, cap, mode = best
-        chosen = rows_by[best][i]
-        row = {**chosen, "tp": tp, "max_new_tokens": cap, "qps_per_gpu": chosen["max_qps_per_replica"] / tp,
-               "truncated_share": float(np.mean(workload.output_tokens > cap)) if cap else 0.0,
-               "compared": [{"tp": c[0], "max_new_tokens": c[1], "preemption_mode": c[2],
-                             "qps_per_gpu": rows[i]["max_qps_per_replica"] / c[0]} for c, rows in rows_by.items()]}
+        cap = best[1]
+        row = replace(rows_by[best][i],
+                      truncated_share=float(np.mean(workload.output_tokens > cap)) if cap else 0.0,
+                      compared=[{"tp": c[0], "max_new_tokens": c[1], "preemption_mode": c[2],
+                                 "qps_per_gpu": rows[i].qps_per_gpu} for c, rows in rows_by.items()])
         if options.details:
             from planner.recommend.diagnosis import class_details
 
-            row["details"] = class_details(searches[best], row, slo, classes)
+            row = replace(row, details=class_details(searches[best], row, slo, classes))
         out.append(row)
-    return {"model": model.name, "gpu": gpu.name, "tp": options.tp, "engine": engine.name, "peak_rate_rps": peak,
-            "trace_rate_rps": (workload.n - 1) / span, "simulations": sum(s.simulations for s in searches.values()),
-            "skipped": skipped, "classes": out}
+    too_long = int(np.sum(workload.input_tokens >= scenario.max_model_len))
+    return Recommendation(
+        model=scenario.model.name, gpu=scenario.gpu.name, tp=scenario.tp, engine=engine.name, peak_rate_rps=peak,
+        trace_rate_rps=rate, simulations=sum(s.simulations for s in searches.values()), skipped=skipped,
+        classes=out, rejected_too_long=too_long, requests=workload.n,
+        rejection_note=rejection_note(workload.n, too_long, int(workload.input_tokens.max()),
+                                      scenario.max_model_len, scenario.model.max_position))
 
 
 def _scaled(progress, index: int, count: int, prefix: str):

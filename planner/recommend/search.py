@@ -4,166 +4,63 @@ while the class's SLO holds, found with the simulator.
 For each configuration of a grid (``max_num_seqs`` × ``max_num_batched_tokens``) the trace is replayed
 time-scaled and the largest rate meeting the SLO is found by bisection on the scale; one replay answers every
 class at that (configuration, scale), so classes share simulations through a cache. The throughput class asks
-only that the queue stay bounded.
+only that the queue stay bounded. Every configuration is the search's scenario with those two settings: its own
+memory plan (vLLM profiles activation memory for its limits) and its own cost model, so the point recommended is
+the point ``simulate`` gives with the same flags.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
-from planner.catalog.gpus import GPU
-from planner.catalog.models import ModelSpec
-from planner.errors import PlannerError
-from planner.sim.cost_model import CostParams
-from planner.sim.engines import EngineSettings, get_engine
-from planner.sim.run import SimResult, saturated, simulate
+from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_P99_S, SLOClass, meets, slo_load
+from planner.scenario import Scenario
+from planner.sim.engines import get_engine
+from planner.sim.results import SimResult
+from planner.sim.run import simulate
 from planner.sim.workload import SimWorkload
+from planner.workload.rates import arrival_rate_rps
 
 SEQS_GRID = (8, 16, 32, 64, 128, 256)
 BUDGET_GRID = (512, 1024, 2048, 4096, 8192)
 BISECTION_STEPS = 7
 NEAR_BEST = 0.95
-MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99), whatever the class
-
-
-@dataclass(frozen=True)
-class SLOClass:
-    """``metric`` (ttft, tpot or e2e) at ``percentile`` below ``limit_ms``; or, with ``bounds``, at least
-    ``share`` of the requests meeting every ``(metric, limit_ms)`` bound at once (DistServe's attainment); neither:
-    throughput only."""
-
-    name: str
-    metric: str | None = None
-    percentile: float = 99.0
-    limit_ms: float | None = None
-    bounds: tuple[tuple[str, float], ...] = ()
-    share: float = 0.9
-
-    @property
-    def key(self) -> str | None:
-        return None if self.metric is None else f"{self.metric}_p{self.percentile:g}_ms"
-
-    @property
-    def bounded(self) -> bool:
-        return self.metric is not None or bool(self.bounds)
-
-    @property
-    def focus(self) -> tuple[str, float]:
-        """The (metric, percentile) that stands for the class in sweeps and the tornado."""
-        if self.bounds:
-            return self.bounds[0][0], self.share * 100
-        return (self.metric, self.percentile) if self.metric else ("e2e", 99.0)
-
-    def as_dict(self) -> dict:
-        if self.bounds:
-            return {**{f"{m}_ms": limit for m, limit in self.bounds}, "attainment": self.share}
-        return {} if self.key is None else {self.key: self.limit_ms}
-
-
-DEFAULT_CLASSES = (SLOClass("ttft", "ttft", 99, 200.0), SLOClass("tpot", "tpot", 99, 50.0),
-                   SLOClass("throughput"))
-_BOUND = r"(ttft|tpot|e2e)\s*<\s*([0-9.]+)"
-
-
-def parse_slo(text: str) -> SLOClass:
-    """``NAME:METRIC<VALUE`` with METRIC ``ttft_pNN``, ``tpot_pNN`` or ``e2e_pNN`` in ms (``chat:ttft_p99<300``);
-    ``NAME:ttft<200,tpot<50@90%`` for an attainment share (90% of requests meet both); ``NAME:throughput`` for a
-    class with no latency bound."""
-    bare = re.fullmatch(r"\s*([\w.-]+)\s*:\s*throughput\s*", text)
-    if bare:
-        return SLOClass(bare.group(1))
-    share = re.fullmatch(rf"\s*([\w.-]+)\s*:\s*({_BOUND}(?:\s*,\s*{_BOUND})*)\s*@\s*([0-9.]+)\s*(%?)\s*", text)
-    if share:
-        value = float(share.group(share.lastindex - 1)) / (100 if share.group(share.lastindex) else 1)
-        if not 0 < value < 1:
-            raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100%")
-        bounds = tuple((m, float(v)) for m, v in re.findall(_BOUND, share.group(2)))
-        return SLOClass(share.group(1), bounds=bounds, share=value)
-    match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
-    if not match:
-        raise PlannerError(f"--slo {text!r}: expected NAME:METRIC<VALUE such as chat:ttft_p99<300 "
-                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), NAME:ttft<200,tpot<50@90% "
-                           "or NAME:throughput")
-    name, metric, pct, limit = match.groups()
-    return SLOClass(name, metric, float(pct), float(limit))
-
-
-def _metric_ms(result: SimResult, metric: str, percentile: float) -> float:
-    values = {"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s}[metric]
-    finite = values[np.isfinite(values)]
-    return float(np.percentile(finite, percentile) * 1e3) if finite.size else math.inf
-
-
-def attainment(result: SimResult, bounds: tuple[tuple[str, float], ...]) -> float:
-    """Share of the requests that completed within every bound (a request with no TPOT, one output token, meets
-    any TPOT bound; a rejected or unfinished one meets none)."""
-    ok = np.isfinite(result.finish) & ~result.rejected
-    for metric, limit_ms in bounds:
-        values = {"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s}[metric] * 1e3
-        ok &= np.isnan(values) | (values <= limit_ms) if metric == "tpot" else values <= limit_ms
-    return float(ok.mean()) if ok.size else 0.0
-
-
-def slo_load(result: SimResult, slo: SLOClass) -> float:
-    """How close a run is to breaking the class's bound: 1 at the limit, above 1 broken."""
-    if slo.bounds:
-        missed = 1.0 - attainment(result, slo.bounds)
-        return missed / (1.0 - slo.share)
-    return _metric_ms(result, slo.metric, slo.percentile) / slo.limit_ms
-
-
-def meets(result: SimResult, slo: SLOClass) -> bool:
-    """Every request completed, the queue stayed bounded (not saturated; for latency classes also p99 queueing
-    ≤ ``MAX_QUEUE_P99_S``: a replay of a finite trace always drains eventually, so a surge that builds minutes of
-    backlog is not "sustainable"), and the class's bound holds (:func:`slo_load` ≤ 1)."""
-    # requests the engine rejects up front (prompt ≥ max_model_len) are not the configuration's failure
-    if (np.isnan(result.finish) & ~result.rejected).any() or saturated(result):
-        return False
-    queue = result.queue_s[np.isfinite(result.queue_s)]
-    if slo.bounded and queue.size and np.percentile(queue, 99) > MAX_QUEUE_P99_S:
-        return False
-    return not slo.bounded or slo_load(result, slo) <= 1.0
 
 
 @dataclass
 class Search:
-    """Replays of one workload, cached per (configuration, time scale)."""
+    """Replays of one workload in variations of one scenario, cached per (configuration, time scale)."""
 
     workload: SimWorkload
-    model: ModelSpec
-    gpu: GPU
-    base: EngineSettings
-    tp: int = 1
-    cost: CostParams | None = None
-    engine: str = "vllm-v1"
+    scenario: Scenario
     progress: Callable[[float, str], None] | None = None
     simulations: int = 0
 
     def __post_init__(self):
         self.cache: dict[tuple, SimResult] = {}
         self.capacities: dict[tuple, float] = {}
-        span = float(self.workload.arrival_s[-1] - self.workload.arrival_s[0])
-        self.base_rate = (self.workload.n - 1) / span if span > 0 else math.inf
+        self.base_rate = arrival_rate_rps(self.workload.arrival_s) or math.inf
+
+    def config(self, seqs: int, budget: int, chunked: bool = True) -> Scenario:
+        """The scenario with these scheduler limits (validated as ``vllm serve`` would)."""
+        return self.scenario.replace(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
 
     def run(self, seqs: int, budget: int, scale: float, chunked: bool = True) -> SimResult:
         key = (seqs, budget, chunked, round(scale, 6))
         if key not in self.cache:
             work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
             # a request waiting past the queueing bound already fails every class: stop that replay there
-            cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
-                          abort_wait_s=MAX_QUEUE_P99_S * 20)
-            self.cache[key] = self.replay(work, cfg)
+            self.cache[key] = self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=MAX_QUEUE_P99_S * 20)
         return self.cache[key]
 
-    def replay(self, work: SimWorkload, cfg: EngineSettings) -> SimResult:
-        """One simulation on this search's model, GPU, engine, TP and cost model, counted."""
+    def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf) -> SimResult:
+        """One simulation of a variation of this search's scenario, counted."""
         self.simulations += 1
-        return simulate(work, self.model, self.gpu, cfg, engine=self.engine, tp=self.tp, cost=self.cost)
+        return simulate(work, scenario, abort_wait_s=abort_wait_s)
 
     def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
         """An upper bound on the sustainable scale: the completion rate with every request queued at once
@@ -171,9 +68,8 @@ class Search:
         key = (seqs, budget, chunked)
         if key not in self.capacities:
             work = replace(self.workload, arrival_s=np.zeros(self.workload.n))
-            cfg = replace(self.base, max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
-            result = self.replay(work, cfg)
-            duration = float(np.nanmax(result.finish))
+            result = self.replay(work, self.config(seqs, budget, chunked))
+            duration = result.duration_s
             self.capacities[key] = (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
         return self.capacities[key]
 
@@ -195,23 +91,59 @@ class Search:
         return math.exp(lo), self.run(seqs, budget, math.exp(lo), chunked)
 
 
+@dataclass(frozen=True)
+class ClassRecommendation:
+    """One SLO class's recommendation: the settings, the rate one replica sustains, what it implies.
+
+    ``to_dict()`` is the class object of ``recommend --json`` (CONTRACT.md): ``name, slo, feasible, config,
+    max_qps_per_replica, replicas_for_peak, predicted, vllm_args`` and the rest below.
+    """
+
+    name: str
+    slo: dict
+    feasible: bool
+    config: dict
+    max_qps_per_replica: float
+    replicas_for_peak: int | None
+    gpus: int | None
+    predicted: dict | None
+    throughput_tok_s: float
+    cost_per_hour: float | None
+    cost_per_million_output_tokens: float | None
+    vllm_args: str
+    launch_command: str
+    scale: float
+    grid: list[dict]
+    tp: int
+    max_new_tokens: int | None = None
+    qps_per_gpu: float = 0.0
+    truncated_share: float = 0.0
+    compared: list[dict] = field(default_factory=list)
+    details: dict | None = None
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        if self.details is None:
+            del out["details"]
+        return out
+
+
 def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | None = None,
               headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
-              chunked_off: bool = True, refine: bool = True) -> list[dict]:
+              chunked_off: bool = True, refine: bool = True) -> list[ClassRecommendation]:
     """For each SLO class, the configuration with the highest sustainable rate, and what it implies: the grid
     first (best-capacity configurations first, so weaker ones are cut by their capacity bound), then, with
     ``refine``, the points halfway to the winner's neighbours on each axis.
 
     Returns
     -------
-    list of dict
-        Per class: ``name, slo, feasible, config, max_qps_per_replica, replicas_for_peak, gpus, predicted,
-        vllm_args`` (CONTRACT.md), plus cost figures and the evaluated grid.
+    list of ClassRecommendation
+        One per class, in order; ``qps_per_gpu`` is per GPU of this scenario's TP degree.
     """
     # chunked prefill on over the budget grid; off with the budget vLLM then requires (max_model_len); engines
     # that only take whole prompts have no budget to search
-    whole_prompts = [(s, search.base.max_model_len, False) for s in seqs_grid]
-    if get_engine(search.engine).chunks_prefill:
+    whole_prompts = [(s, search.scenario.max_model_len, False) for s in seqs_grid]
+    if get_engine(search.scenario.engine).chunks_prefill:
         configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
         configs += whole_prompts if chunked_off else []
     else:
@@ -256,8 +188,8 @@ def _evaluate(search: Search, slo: SLOClass, grid: list[dict], s: int, b: int, c
         return
     scale, result = search.max_scale(s, b, c, slo, cap)
     grid.append({**entry, "max_qps": scale * search.base_rate, "scale": scale, "result": result, "pruned": False,
-                 "ttft_p99_ms": _metric_ms(result, "ttft", 99) if result else None,
-                 "throughput_tok_s": _output_rate(result) if result else None})
+                 "ttft_p99_ms": result.metric_ms("ttft", 99) if result else None,
+                 "throughput_tok_s": result.output_rate_tok_s() if result else None})
 
 
 def _midpoints(value: int, grid: tuple[int, ...], step: int) -> list[int]:
@@ -273,7 +205,8 @@ def _midpoints(value: int, grid: tuple[int, ...], step: int) -> list[int]:
     return out
 
 
-def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float | None, headroom: float) -> dict:
+def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float | None,
+                  headroom: float) -> ClassRecommendation:
     evaluated = [g for g in grid if not g["pruned"]]
     top = max(g["max_qps"] for g in evaluated)
     # rates within NEAR_BEST of the best are ties (the bisection resolves ~3%); the class's intent breaks them
@@ -300,41 +233,32 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
         best["result"] = search.run(best["max_num_seqs"], best["max_num_batched_tokens"],
                                     _capacity_floor(search, best), best["enable_chunked_prefill"])
     result = best["result"]
+    scenario = search.scenario
     cfg = {**{k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")},
-           "preemption_mode": search.base.preemption}
+           "preemption_mode": scenario.preemption}
     qps = best["max_qps"]
     replicas = math.ceil(peak * headroom / qps) if feasible and peak else None
-    out_tok_s = _output_rate(result) if result else 0.0
-    price = search.gpu.price_per_hour * search.tp
-    return {
-        "name": slo.name, "slo": slo.as_dict(), "feasible": feasible, "config": cfg,
-        "max_qps_per_replica": qps, "replicas_for_peak": replicas,
-        "gpus": replicas * search.tp if replicas else None,
-        "predicted": {f"{m}_ms": {"p50": _metric_ms(result, m, 50), "p99": _metric_ms(result, m, 99)}
-                      for m in ("ttft", "tpot", "e2e")} if result else None,
-        "throughput_tok_s": out_tok_s,
-        "cost_per_hour": price * replicas if replicas else None,
-        "cost_per_million_output_tokens": price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
-        **launch(cfg, search), "scale": best.get("scale", 0.0),
-        "grid": [{k: v for k, v in g.items() if k != "result"} for g in grid],
-    }
-
-
-def _output_rate(result: SimResult) -> float:
-    done = np.isfinite(result.finish)
-    span = float(np.nanmax(result.finish) - result.workload.arrival_s.min()) if done.any() else 0.0
-    return float(result.workload.output_tokens[done].sum() / span) if span > 0 else 0.0
+    out_tok_s = result.output_rate_tok_s() if result else 0.0
+    price = scenario.price_per_replica_hour
+    return ClassRecommendation(
+        name=slo.name, slo=slo.as_dict(), feasible=feasible, config=cfg, max_qps_per_replica=qps,
+        replicas_for_peak=replicas, gpus=replicas * scenario.tp if replicas else None,
+        predicted={f"{m}_ms": {"p50": result.metric_ms(m, 50), "p99": result.metric_ms(m, 99)}
+                   for m in ("ttft", "tpot", "e2e")} if result else None,
+        throughput_tok_s=out_tok_s, cost_per_hour=price * replicas if replicas else None,
+        cost_per_million_output_tokens=price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
+        **launch(cfg, scenario), scale=best.get("scale", 0.0),
+        grid=[{k: v for k, v in g.items() if k != "result"} for g in grid], tp=scenario.tp,
+        max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp)
 
 
 def _capacity_floor(search: Search, g: dict) -> float:
     return search.capacity_scale(g["max_num_seqs"], g["max_num_batched_tokens"], g["enable_chunked_prefill"]) / 64
 
 
-def launch(cfg: dict, search: Search) -> dict:
+def launch(cfg: dict, scenario: Scenario) -> dict:
     """``vllm_args``: the ``vllm serve`` flags (the engine's own for vLLM engines, else the vLLM V1 equivalent);
     ``launch_command``: the chosen engine's full command line."""
-    engine = get_engine(search.engine)
+    engine = get_engine(scenario.engine)
     vllm = engine if engine.name.startswith("vllm") else get_engine("vllm-v1")
-    model_id = search.model.hf_id or search.model.name
-    return {"vllm_args": vllm.launch_args(cfg, search.tp, search.base.max_model_len),
-            "launch_command": engine.command(cfg, model_id, search.tp, search.base.max_model_len)}
+    return {"vllm_args": vllm.launch_args(cfg, scenario), "launch_command": engine.command(cfg, scenario)}

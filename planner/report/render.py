@@ -8,8 +8,15 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 import re
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.recommend.table import class_table
+from planner.tables import Table, fmt
+
+if TYPE_CHECKING:
+    from planner.report.build import Report
 
 SECTIONS = (("workload", "Workload"), ("memory", "Memory and capacity"), ("simulation", "Simulation"),
             ("recommendations", "Recommendations"), ("sensitivity", "Sensitivity"),
@@ -37,105 +44,71 @@ def _image(name: str, svg: str) -> str:
     return f'<img alt="{html.escape(name)}" src="data:image/svg+xml;base64,{data}">'
 
 
-def _num(value) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if value == int(value) and abs(value) < 1e15:
-            return f"{int(value):,}"
-        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
-    return str(value)
-
-
-def _rows(report: dict) -> dict[str, list[tuple[str, list[str], list[list]]]]:
-    """Per section, its tables as (caption, header, rows of raw values): the one source both twins render."""
-    stats, wl = report["workload"]["stats"], report["workload"]
+def _rows(report: Report) -> dict[str, list[Table]]:
+    """Per section, its tables: the one source both twins render (the recommendation and simulation tables are the
+    pages' own builders)."""
+    stats, out = report.stats, {key: [] for key, _ in SECTIONS}
     pct = ("mean", "p50", "p90", "p99", "max")
-    out: dict[str, list] = {key: [] for key, _ in SECTIONS}
     lengths = [[f, *[stats[f].get(p) for p in pct]] for f in ("input_tokens", "output_tokens", "total_tokens")
                if stats.get(f)]
     latencies = [[f"{k} ms", *[v.get(p) for p in pct]] for k, v in (stats.get("latency_ms") or {}).items()]
-    out["workload"].append(("Request lengths and measured latencies", ["field", *pct], lengths + latencies))
+    out["workload"].append(Table("Request lengths and measured latencies", ["field", *pct], lengths + latencies))
     fits = []
-    for f, fit in wl["fits"].items():
+    for f, fit in report.fits.items():
         if "error" in fit:
-            fits.append([f, "—", None, "—", None, fit["error"]])
+            fits.append([f, None, None, None, None, fit["error"]])
             continue
         best = fit["candidates"][0]
         params = json.dumps({k: round(v, 4) for k, v in (best.get("params") or {}).items()})
         fits.append([f, fit["best"], fit["censored_at"], f"{fit['censored_fraction']:.2%}", best.get("ks"), params])
-    out["workload"].append(("Length fits (censored MLE, ranked by AIC)",
-                            ["field", "best", "censored at", "censored", "KS", "parameters"], fits))
-    if wl.get("arrivals"):
-        arr = wl["arrivals"]
-        out["workload"].append(("Arrivals", ["span s", "mean req/s", "peak req/s (p99 per minute)", "CV",
-                                             "Poisson-consistent", "best inter-arrival fit"],
-                                [[arr["span_s"], arr["peaks"]["mean_rate_rps"], arr["peaks"]["peak_rate_rps"],
-                                  arr["fit"]["cv"], arr["fit"]["poisson_consistent"], arr["fit"]["best"]]]))
-    mem = report["memory"]
-    gib = 1024 ** 3
-    out["memory"].append(("Memory plan (per GPU)", ["parameters", "weights GiB", "KV bytes/token (per GPU)",
-                                                    "KV pool GiB", "blocks", "KV tokens", "max concurrency"],
-                          [[mem["param_count"], mem["weights_bytes"] / gib, mem["kv_bytes_per_token_per_gpu"],
-                            mem["kv_pool_bytes"] / gib, mem["num_blocks"], mem["kv_capacity_tokens"],
-                            mem["max_concurrency"]]]))
-    out["memory"].append(("Where the memory goes (GiB)", list(mem["breakdown_gib"]),
-                          [list(mem["breakdown_gib"].values())]))
-    if mem.get("trace"):
-        out["memory"].append(("Concurrency on this trace", list(mem["trace"]), [list(mem["trace"].values())]))
-    sim = report.get("simulation")
+    out["workload"].append(Table("Length fits (censored MLE, ranked by AIC)",
+                                 ["field", "best", "censored at", "censored", "KS", "parameters"], fits))
+    if report.arrivals:
+        arr = report.arrivals
+        out["workload"].append(Table("Arrivals", ["span s", "mean req/s", "peak req/s (p99 per minute)", "CV",
+                                                  "Poisson-consistent", "best inter-arrival fit"],
+                                     [[arr["span_s"], arr["peaks"]["mean_rate_rps"], arr["peaks"]["peak_rate_rps"],
+                                       arr["fit"]["cv"], arr["fit"]["poisson_consistent"], arr["fit"]["best"]]]))
+    plan, gib = report.memory.plan, 1024 ** 3
+    out["memory"].append(Table("Memory plan (per GPU)", ["parameters", "weights GiB", "KV bytes/token (per GPU)",
+                                                         "KV pool GiB", "blocks", "KV tokens", "max concurrency"],
+                               [[plan.param_count, plan.weights_bytes / gib, plan.kv_bytes_per_token_per_gpu,
+                                 plan.kv_pool_bytes / gib, plan.num_blocks, plan.kv_capacity_tokens,
+                                 plan.max_concurrency]]))
+    breakdown = plan.breakdown_gib()
+    out["memory"].append(Table("Where the memory goes (GiB)", list(breakdown), [list(breakdown.values())]))
+    if report.memory.trace:
+        trace = report.memory.trace
+        out["memory"].append(Table("Concurrency on this trace", list(trace), [list(trace.values())]))
+    sim = report.simulation
     if sim:
-        out["simulation"].append((f"Replay at the trace's own rate ({sim['engine']}, engine defaults)",
-                                  ["metric", *pct], [[f"{m} ms", *[(sim.get(m) or {}).get(p) for p in pct]]
-                                                     for m in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")]))
-        out["simulation"].append(("Throughput", ["input tok/s", "output tok/s", "requests/s", "preemptions",
-                                                 "saturated"],
-                                  [[sim["throughput_tok_s"]["input"], sim["throughput_tok_s"]["output"],
-                                    sim["request_rate_rps"], sim["preemptions"], sim["saturated"]]]))
-    rec = report.get("recommendations")
-    if rec:
-        out["recommendations"].append(("Per SLO class", [
-            "class", "SLO", "feasible", "max_num_seqs", "max_num_batched_tokens", "preemption", "TP",
-            "TTFT p99 ms", "TPOT p99 ms", "output tok/s", "req/s per replica", "replicas", "GPUs", "$/hour",
-            "$/M output tokens"], [[
-                r["name"], _slo_text(r["slo"]), r["feasible"],
-                r["config"]["max_num_seqs"], r["config"]["max_num_batched_tokens"], r["config"]["preemption_mode"],
-                r["tp"], ((r["predicted"] or {}).get("ttft_ms") or {}).get("p99"),
-                ((r["predicted"] or {}).get("tpot_ms") or {}).get("p99"), r["throughput_tok_s"],
-                r["max_qps_per_replica"], r["replicas_for_peak"], r["gpus"], r["cost_per_hour"],
-                r["cost_per_million_output_tokens"]] for r in rec["classes"]]))
+        latency = sim.latency_table()
+        out["simulation"].append(replace(latency, caption=f"Replay at the trace's own rate ({sim.engine}): "
+                                                          f"{latency.caption}"))
+        out["simulation"].append(sim.throughput_table())
+    if report.recommendation:
+        out["recommendations"].append(class_table(report.recommendation))
     return out
 
 
-def _slo_text(slo: dict) -> str:
-    share = slo.get("attainment")
-    bounds = ", ".join(f"{k} < {v:g}" for k, v in slo.items() if k != "attainment")
-    if share is not None:
-        return f"{share:.0%} of requests: {bounds}"
-    return bounds or "throughput"
-
-
-def _missing(key: str, report: dict) -> str | None:
-    """Why a section is empty, in one sentence."""
-    if key in ("simulation", "recommendations", "sensitivity") and not report.get("simulation"):
+def _missing(key: str, report: Report) -> str | None:
+    """Why a section is empty, in one sentence, or what it leaves out."""
+    if key in ("simulation", "recommendations", "sensitivity") and report.simulation is None:
         return "The trace has no arrival times, and replaying it at a rate needs them: no simulation here."
-    error = (report.get("recommendations") or {}).get("error")
-    if key in ("recommendations", "sensitivity") and error:
-        return f"No recommendation: {error}"
+    if key in ("recommendations", "sensitivity") and report.recommendation_error:
+        return f"No recommendation: {report.recommendation_error}"
+    if key == "simulation":
+        return report.simulation.rejection_note
     return None
 
 
-def _class_notes(report: dict) -> list[tuple[str, str, list[str]]]:
-    rec = report.get("recommendations") or {"classes": []}
-    return [(r["name"], r["launch_command"], (r.get("details") or {}).get("diagnosis", [])) for r in rec["classes"]]
+def _class_notes(report: Report) -> list[tuple[str, str, list[str]]]:
+    classes = report.recommendation.classes if report.recommendation else []
+    return [(r.name, r.launch_command, (r.details or {}).get("diagnosis", [])) for r in classes]
 
 
-def _charts_of(section: str, report: dict) -> list[str]:
-    names = list(report["charts"])
+def _charts_of(section: str, report: Report) -> list[str]:
+    names = list(report.charts)
     if section == "workload":
         return [n for n in names if n.endswith("_histogram") or n == "arrival_rate"]
     if section == "memory":
@@ -147,28 +120,35 @@ def _charts_of(section: str, report: dict) -> list[str]:
     return []
 
 
-def to_html(report: dict, svgs: dict[str, str]) -> str:
+def _facts(report: Report) -> str:
+    """The scenario and assumptions block both twins print (JSON)."""
+    body = report.to_dict()
+    return json.dumps({"scenario": body["scenario"], **body["assumptions"]}, indent=1)
+
+
+def to_html(report: Report, svgs: dict[str, str]) -> str:
     """The self-contained HTML twin; ``svgs`` from :func:`chart_svgs`."""
     e = html.escape
-    t = report["trace"]
+    t = report.trace
     parts = [f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
              f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-             f"<title>{e(report['title'])}</title><style>{STYLE}</style></head><body><div class=cr>",
-             f"<h1>{e(report['title'])}</h1>",
+             f"<title>{e(report.title)}</title><style>{STYLE}</style></head><body><div class=cr>",
+             f"<h1>{e(report.title)}</h1>",
              f"<p class=meta>Trace <b>{e(t['name'])}</b> (id <code>{e(t['trace_id'])}</code>, content SHA-256 "
-             f"<code>{e(t['content_sha256'])}</code>, {_num(t['rows'])} requests, file {e(t['source_file'])}) · "
-             f"planner {e(report['app_version'])} · {e(report['created_utc'])}</p>",
+             f"<code>{e(t['content_sha256'])}</code>, {fmt(t['rows'])} requests, file {e(t['source_file'])}) · "
+             f"planner {e(report.app_version)} · {e(report.created_utc)}</p>",
              "<nav>" + "".join(f'<a href="#{key}">{e(title)}</a>' for key, title in SECTIONS) + "</nav>"]
     tables = _rows(report)
     for key, title in SECTIONS:
         parts.append(f'<section id="{key}"><h2>{e(title)}</h2>')
         if _missing(key, report):
             parts.append(f"<p>{e(_missing(key, report))}</p>")
-        for caption, header, rows in tables[key]:
-            parts.append(f"<div class=scroll><table><caption>{e(caption)}</caption><tr>"
-                         + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
-                         + "".join("<tr>" + "".join(f"<td>{e(_num(v))}</td>" for v in row) + "</tr>" for row in rows)
+        for table in tables[key]:
+            parts.append(f"<div class=scroll><table><caption>{e(table.caption)}</caption><tr>"
+                         + "".join(f"<th>{e(h)}</th>" for h in table.columns) + "</tr>"
+                         + "".join("<tr>" + "".join(f"<td>{e(fmt(v))}</td>" for v in row) + "</tr>"
+                                   for row in table.rows)
                          + "</table></div>")
         if key == "recommendations":
             for name, command, notes in _class_notes(report):
@@ -178,9 +158,8 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
             if name in svgs:
                 parts.append(f"<figure>{_image(name, svgs[name])}<figcaption>{e(name)}</figcaption></figure>")
         if key == "assumptions":
-            parts.append(f"<p>Reproduce:</p><pre>{e(report['assumptions']['reproduce'])}</pre>")
-            parts.append("<pre>" + e(json.dumps({"scenario": report["scenario"], **report["assumptions"]},
-                                                indent=1)) + "</pre>")
+            parts.append(f"<p>Reproduce:</p><pre>{e(report.assumptions['reproduce'])}</pre>")
+            parts.append("<pre>" + e(_facts(report)) + "</pre>")
         parts.append("</section>")
     parts.append("</div></body></html>")
     return "\n".join(parts)
@@ -189,24 +168,24 @@ def to_html(report: dict, svgs: dict[str, str]) -> str:
 def markdown_text(text) -> str:
     """``text`` (or a number, formatted) safe in Markdown: no HTML, link, image or emphasis can come of it."""
     # Markdown renders inline HTML: escape it
-    text = html.escape(_num(text) if not isinstance(text, str) else text, quote=False)
+    text = html.escape(fmt(text) if not isinstance(text, str) else text, quote=False)
     # and Markdown's own syntax: a name must not become a link, an image or emphasis
     return re.sub(r"([\\`*_{}\[\]()#+!|~])", r"\\\1", text).replace("\n", " ")
 
 
-def to_markdown(report: dict) -> str:
+def to_markdown(report: Report) -> str:
     """The Markdown twin: the same tables, commands and diagnosis; charts are in the HTML twin."""
-    t, md = report["trace"], markdown_text
-    lines = [f"# {md(report['title'])}", "",
+    t, md = report.trace, markdown_text
+    lines = [f"# {md(report.title)}", "",
              f"Trace **{md(t['name'])}** (id `{t['trace_id']}`, content SHA-256 `{t['content_sha256']}`, "
-             f"{_num(t['rows'])} requests) · planner {md(report['app_version'])} · {md(report['created_utc'])}", ""]
+             f"{fmt(t['rows'])} requests) · planner {md(report.app_version)} · {md(report.created_utc)}", ""]
     tables = _rows(report)
     for key, title in SECTIONS:
-        lines += [f"## {title}", ""] + ([_missing(key, report), ""] if _missing(key, report) else [])
-        for caption, header, rows in tables[key]:
-            lines += [f"**{md(caption)}**", "", "| " + " | ".join(md(h) for h in header) + " |",
-                      "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
+        lines += [f"## {title}", ""] + ([md(_missing(key, report)), ""] if _missing(key, report) else [])
+        for table in tables[key]:
+            lines += [f"**{md(table.caption)}**", "", "| " + " | ".join(md(h) for h in table.columns) + " |",
+                      "|" + "---|" * len(table.columns)]
+            lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in table.rows]
             lines.append("")
         if key == "recommendations":
             for name, command, notes in _class_notes(report):
@@ -216,20 +195,12 @@ def to_markdown(report: dict) -> str:
         if charts:
             lines += [f"Charts in the HTML twin: {', '.join(md(c) for c in charts)}.", ""]
         if key == "assumptions":
-            lines += ["```bash", report["assumptions"]["reproduce"].replace("```", "'''"), "```", "", "```json",
-                      json.dumps({"scenario": report["scenario"], **report["assumptions"]}, indent=1)
-                      .replace("```", "'''"), "```", ""]
+            lines += ["```bash", report.assumptions["reproduce"].replace("```", "'''"), "```", "", "```json",
+                      _facts(report).replace("```", "'''"), "```", ""]
     return "\n".join(lines)
 
 
-def render(report: dict, fmt: str) -> str:
-    """``html``, ``md`` or ``json`` text of a report."""
-    if fmt == "html":
-        return to_html(report, chart_svgs(report["charts"]))
-    if fmt == "md":
-        return to_markdown(report)
-    if fmt == "json":
-        return json.dumps(report)
-    from planner.errors import PlannerError
-
-    raise PlannerError(f"--format {fmt!r}: expected html, md or json")
+def twins(report: Report) -> dict[str, str]:
+    """The report as each format's text: ``html`` (charts rendered here), ``md`` and ``json``."""
+    return {"html": to_html(report, chart_svgs(report.charts)), "md": to_markdown(report),
+            "json": json.dumps(report.to_dict())}

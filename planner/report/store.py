@@ -7,11 +7,15 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from planner.errors import PlannerError
 from planner.traces import store
+
+if TYPE_CHECKING:
+    from planner.report.build import Report
 
 ID_BYTES = 16                                   # 128 bits of randomness
 _ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{22}")  # token_urlsafe(16)
@@ -31,24 +35,27 @@ class SavedReport:
         return json.dumps(self.body)
 
 
-def save_report(con: duckdb.DuckDBPyConnection, report: dict, html: str, markdown: str,
+def save_report(con: duckdb.DuckDBPyConnection, body: dict, html: str, markdown: str,
                 owner: str | None = None) -> str:
-    """Store a built report and its twins; returns its new id (``secrets.token_urlsafe``, 128 random bits)."""
+    """Store a report's JSON twin (``body``) and its HTML and Markdown; returns its new id
+    (``secrets.token_urlsafe``, 128 random bits)."""
     report_id = secrets.token_urlsafe(ID_BYTES)
     with store.WRITE_LOCK:
         con.cursor().execute(
             "INSERT INTO reports VALUES ($id, now()::TIMESTAMP, $trace, $owner, $title, $json, $html, $md)",
-            {"id": report_id, "trace": report["trace"]["trace_id"], "owner": owner, "title": report["title"],
-             "json": json.dumps(report), "html": html, "md": markdown})
+            {"id": report_id, "trace": body["trace"]["trace_id"], "owner": owner, "title": body["title"],
+             "json": json.dumps(body), "html": html, "md": markdown})
     return report_id
 
 
-def publish_report(con: duckdb.DuckDBPyConnection, report: dict, owner: str | None = None) -> SavedReport:
-    """Render a built report's HTML and Markdown twins and save all three under a new id."""
-    from planner.report.render import chart_svgs, to_html, to_markdown
+def publish_report(con: duckdb.DuckDBPyConnection, report: Report, owner: str | None = None,
+                   texts: dict[str, str] | None = None) -> SavedReport:
+    """Save a built report with its twins (``texts`` from :func:`planner.report.render.twins`, rendered here
+    when not given) under a new id."""
+    from planner.report.render import twins
 
-    html, markdown = to_html(report, chart_svgs(report["charts"])), to_markdown(report)
-    return load_report(con, save_report(con, report, html, markdown, owner))
+    texts = texts or twins(report)
+    return load_report(con, save_report(con, json.loads(texts["json"]), texts["html"], texts["md"], owner))
 
 
 def load_report(con: duckdb.DuckDBPyConnection, report_id: str) -> SavedReport:

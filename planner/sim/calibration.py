@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 from scipy import optimize
 
-from planner.catalog.gpus import GPU
-from planner.catalog.models import ModelSpec
 from planner.errors import PlannerError
 from planner.sim.cost_model import CostParams, batch_aggregates, coefficients, step_seconds
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
 
 POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
 _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
@@ -57,9 +59,9 @@ def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
     return rows
 
 
-def predict_points(model: ModelSpec, gpu: GPU, tp: int, params: CostParams, frame: pl.DataFrame) -> np.ndarray:
-    """Predicted step_ms of each measured row."""
-    c = coefficients(model, gpu, tp, params).as_tuple()
+def predict_points(scenario: Scenario, frame: pl.DataFrame) -> np.ndarray:
+    """Predicted step_ms of each measured row, with the scenario's cost model."""
+    c = scenario.coefficients.as_tuple()
     return np.array([step_seconds.py_func(c, *agg)[0] * 1e3 for agg in _aggregates(frame)])
 
 
@@ -67,54 +69,52 @@ def _with(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> Cos
     return replace(params, **{k: float(v) for k, v in zip(names, values, strict=True)})
 
 
-def fit_points(model: ModelSpec, gpu: GPU, tp: int, frame: pl.DataFrame, start: CostParams | None = None) -> dict:
-    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals)."""
-    start = start or CostParams()
+def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
+    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
+    the scenario's cost model; its model, GPU, TP and dtypes are the measured server's."""
+    start = scenario.cost
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
 
     def residuals(vec):
-        c = coefficients(model, gpu, tp, _with(start, _POINT_PARAMS, vec)).as_tuple()
+        c = coefficients(scenario.replace(cost=_with(start, _POINT_PARAMS, vec))).as_tuple()
         return np.array([step_seconds.py_func(c, *a)[0] * 1e3 for a in aggs]) / measured - 1
 
     lo, hi = zip(*(_BOUNDS[k] for k in _POINT_PARAMS), strict=True)
     x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
     fit = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
     params = _with(start, _POINT_PARAMS, fit.x)
-    predicted = predict_points(model, gpu, tp, params, frame)
+    predicted = predict_points(scenario.replace(cost=params), frame)
     return _report(params, measured, predicted, "iterations")
 
 
-def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray, tpot_s: np.ndarray, settings,
-              start: CostParams | None = None, engine: str = "vllm-v1",
+def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
               blocks_factors: tuple[float, ...] = (1.0,)) -> dict:
-    """Fit MFU and MBU so the simulated replay reproduces the trace's TTFT and TPOT distributions.
+    """Fit MFU and MBU so the simulated replay of the trace in ``scenario`` (the measured server's engine, limits
+    and memory) reproduces the trace's TTFT and TPOT distributions.
 
     The loss compares 19 quantiles (p5-p95) of each, in log: a request's own TTFT jumps when a parameter moves a
-    step boundary across its arrival, its quantiles do not. The per-step and per-sequence overheads stay at
-    ``start``'s values: in decode they are constants beside the weight read, so a trace cannot tell them from
+    step boundary across its arrival, its quantiles do not. The per-step and per-sequence overheads stay at the
+    scenario's values: in decode they are constants beside the weight read, so a trace cannot tell them from
     MBU (timed iterations can: :func:`fit_points`). ``blocks_factors`` profiles the KV block pool too (each factor
-    scales ``settings.num_blocks``; the best fit wins): worth it when the server's startup log is missing and
+    scales the scenario's block count; the best fit wins): worth it when the server's startup log is missing and
     the trace reaches loads where KV capacity binds. The chosen pool is returned as ``num_blocks``.
     """
     from planner.sim.run import simulate
 
-    start = start or CostParams()
+    start = scenario.cost
     ttft, tpot = ttft_s[np.isfinite(ttft_s) & (ttft_s > 0)], tpot_s[np.isfinite(tpot_s) & (tpot_s > 0)]
     if ttft.size + tpot.size < 10:
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
     targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
 
-    def fit_for(pool) -> tuple[float, CostParams]:
-        def simulated(params: CostParams) -> dict:
-            result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
-            return {"ttft": result.ttft_s, "tpot": result.tpot_s}
-
+    def fit_for(pool: Scenario) -> tuple[float, CostParams]:
         def loss(log_vec):
             values = np.exp(log_vec)
             if np.any(values > 1):
                 return 1e6
-            got = simulated(_with(start, _TRACE_PARAMS, values))
+            result = simulate(workload, pool.replace(cost=_with(start, _TRACE_PARAMS, values)))
+            got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
             return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
                              for name, want in targets))
         x0 = np.log([getattr(start, k) for k in _TRACE_PARAMS])
@@ -122,16 +122,18 @@ def fit_trace(model: ModelSpec, gpu: GPU, tp: int, workload, ttft_s: np.ndarray,
                                 options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
         return float(fit.fun), _with(start, _TRACE_PARAMS, np.exp(fit.x))
 
-    pools = [replace(settings, num_blocks=max(1, int(settings.num_blocks * f))) for f in blocks_factors]
+    blocks = scenario.settings.num_blocks
+    pools = [scenario.replace(num_gpu_blocks=max(1, int(blocks * f))) if f != 1.0 else scenario
+             for f in blocks_factors]
     fits = [fit_for(pool) for pool in pools]
     best = int(np.argmin([loss for loss, _ in fits]))
     params, pool = fits[best][1], pools[best]
-    result = simulate(workload, model, gpu, pool, engine=engine, tp=tp, cost=params)
+    result = simulate(workload, pool.replace(cost=params))
     got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
     measured = np.concatenate([want for _, want in targets]) * 1e3
     predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
     report = _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
-    report["num_blocks"] = pool.num_blocks
+    report["num_blocks"] = pool.settings.num_blocks
     return report
 
 
@@ -143,7 +145,7 @@ def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, sou
                           for m, p, r in zip(measured, predicted, rel, strict=True)]}
 
 
-def save(report: dict, path: str | Path, model: ModelSpec, gpu: GPU, tp: int) -> None:
+def save(report: dict, path: str | Path, scenario: Scenario) -> None:
     """Write the calibration file ``--calibration`` reads."""
-    body = {"model": model.name, "gpu": gpu.name, "tp": tp, **report}
+    body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, **report}
     Path(path).write_text(json.dumps(body, indent=2))

@@ -15,13 +15,21 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numba
+import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.gpus import GPU
-from planner.catalog.models import ModelSpec, active_param_count, weights_bytes
+from planner.catalog.models import active_param_count, weights_bytes
 from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
+
+# one host<->device copy's fixed cost (V0 swaps block by block, layer by layer): performance-models.md §2's ~5-10 µs
+# per-kernel floor, AIConfigurator's 10 µs per p2p copy
+HOST_COPY_LATENCY_S = 10e-6
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,12 @@ class StepCoefficients:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 
-def coefficients(model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | None = None,
-                 kv_cache_dtype: str = "auto", weight_dtype: str | None = None) -> StepCoefficients:
-    """The constants :func:`step_seconds` needs, for one model on ``tp`` GPUs."""
-    params = params or CostParams()
-    if not (0 < params.mfu <= 1 and 0 < params.mbu <= 1):
-        raise PlannerError(f"MFU {params.mfu} and MBU {params.mbu}: expected fractions in (0, 1]")
-    peak = gpu.fp8_flops if (weight_dtype or model.weight_dtype) == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+def coefficients(scenario: Scenario) -> StepCoefficients:
+    """The constants :func:`step_seconds` needs for the scenario's model on its ``tp`` GPUs, its weight and KV
+    dtypes (fp8 weights run at the GPU's fp8 peak and stream half the bytes) and its cost parameters. Take it as
+    :attr:`Scenario.coefficients`."""
+    model, gpu, tp, params = scenario.model, scenario.gpu, scenario.tp, scenario.cost
+    peak = gpu.fp8_flops if scenario.weight_dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
     attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
@@ -102,12 +109,29 @@ def coefficients(model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | N
         s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
         attn_flops_per_pair=4.0 * model.layers * attn_width,
-        weight_bytes=math.ceil(weights_bytes(model, weight_dtype or model.weight_dtype) / tp),
-        kv_bytes_per_token=kv_bytes_per_token(model, kv_cache_dtype, tp),
+        weight_bytes=math.ceil(weights_bytes(model, scenario.weight_dtype) / tp),
+        kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
         comm_fixed_s=2 * model.layers * params.allreduce_latency_s if tp > 1 else 0.0,
         step_overhead_s=params.step_overhead_s, seq_overhead_s=params.seq_overhead_s,
         roofline_p=params.roofline_p)
+
+
+def swap_block_seconds(scenario: Scenario) -> float:
+    """Seconds to copy one KV block (every layer's K and V, as vLLM V0 swaps block by block, layer by layer) one
+    way between GPU and host: each copy pays a launch latency plus its bytes over the host link."""
+    model = scenario.model
+    copies = model.layers * (1 if model.mla else 2)
+    block_bytes = scenario.block_size * kv_bytes_per_token(model, scenario.kv_cache_dtype, scenario.tp)
+    return copies * HOST_COPY_LATENCY_S + block_bytes / scenario.gpu.pcie_bytes_s
+
+
+def prefill_seconds(scenario: Scenario, tokens) -> np.ndarray:
+    """Seconds of one step that prefills a prompt of each length in ``tokens`` from scratch (no other sequence in
+    the batch): what a recomputed preemption costs."""
+    c = scenario.coefficients.as_tuple()
+    return np.array([step_seconds.py_func(c, float(n), n * (n + 1) / 2, 0.0, 0.0, 1.0)[0]
+                     for n in np.asarray(tokens, dtype=float)])
 
 
 # Bound codes returned by step_seconds
@@ -170,10 +194,9 @@ def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, i
     return prefill_tokens, pairs, decode_count, context, float(len(prefills)) + decode_count
 
 
-def predict_step(model: ModelSpec, gpu: GPU, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]],
-                 tp: int = 1, params: CostParams | None = None, kv_cache_dtype: str = "auto") -> dict:
+def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> dict:
     """The ``step`` CLI object: ``{"step_ms", "bound", "compute_ms", "memory_ms", "overhead_ms"}``."""
-    c = coefficients(model, gpu, tp, params, kv_cache_dtype)
+    c = scenario.coefficients
     agg = batch_aggregates(prefills, decodes)
     if agg[0] + agg[2] <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
@@ -213,9 +236,17 @@ def load_params(path: str | Path | None) -> CostParams:
     if path is None:
         return CostParams()
     try:
-        data = json.loads(Path(path).read_text())
-        return CostParams(**{**data["params"], "source": f"calibrated ({Path(path).name})"})
-    except FileNotFoundError as exc:
-        raise PlannerError(f"--calibration {path}: no such file") from exc
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise PlannerError(f"--calibration {path}: expected a file written by `planner calibrate` ({exc})") from exc
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PlannerError(f"--calibration {path}: cannot read it ({exc.strerror})") from None
+    return params_from_json(text, Path(path).name)
+
+
+def params_from_json(text: str, name: str) -> CostParams:
+    """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
+    where a scenario takes them."""
+    try:
+        data = json.loads(text)
+        return CostParams(**{**data["params"], "source": f"calibrated ({name})"})
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None

@@ -22,12 +22,15 @@ TGI_CHUNK = 1024
 
 
 @numba.njit(cache=True, nogil=True)
-def _reserved_tokens(mode, prompt, generated, max_new):
+def reserved_tokens(mode, prompt, generated, max_new):
+    """KV tokens a reserving engine holds for a request that has generated ``generated`` tokens: Orca and
+    TensorRT-LLM the prompt plus ``max_new``; TGI the prompt plus the next 1,024-token chunk of output (a longer
+    output is re-queued per chunk). The engines' one admission rule: the loop admits by it and the reservation
+    view (:mod:`planner.capacity.reservation`) applies it to whole traces (its ``py_func`` takes arrays too)."""
     if mode == RESERVE_MAX:
         return prompt + max_new
-    # TGI: the prompt plus the next 1,024-token chunk of output (a longer output is re-queued per chunk)
     chunk = TGI_CHUNK * (generated // TGI_CHUNK + 1)
-    return prompt + min(max_new, chunk)
+    return prompt + np.minimum(max_new, chunk)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -113,7 +116,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             need = (computed[r] + new + block_size - 1) // block_size - blocks[r]
             if mode != LAZY:
                 # a reservation covers the growth; beyond it (a predicted length that fell short) blocks grow lazily
-                reserved = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+                reserved = (reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
                     // block_size - blocks[r]
                 if reserved > need:
                     need = reserved
@@ -175,7 +178,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     new = budget
                 need = (new + block_size - 1) // block_size
                 if mode != LAZY:
-                    reserved = (_reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
+                    reserved = (reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
                         // block_size
                     if reserved > need:
                         need = reserved

@@ -3,6 +3,7 @@ distributions (a stored trace's own requests come through :mod:`planner.workload
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,6 +32,7 @@ class SimWorkload:
 
 
 def sorted_workload(arrival, inputs, outputs, source: str) -> SimWorkload:
+    """Requests in arrival order (stable), times from the first arrival, lengths at least one token."""
     order = np.argsort(arrival, kind="stable")
     inputs = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     outputs = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
@@ -40,10 +42,12 @@ def sorted_workload(arrival, inputs, outputs, source: str) -> SimWorkload:
 
 def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
     """Arrival times of a renewal process at ``qps`` with inter-arrival CV ``cv`` (1: Poisson); ``inf``: all at 0."""
+    if not qps > 0:             # NaN too
+        raise PlannerError(f"qps {qps}: expected a positive rate (or inf: every request at once)")
     if np.isinf(qps):
         return np.zeros(n)
-    if qps <= 0:
-        raise PlannerError(f"qps {qps}: expected a positive rate (or inf)")
+    if not (math.isfinite(cv) and cv > 0):
+        raise PlannerError(f"arrival CV {cv}: expected a positive, finite coefficient of variation (1: Poisson)")
     shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n)
     gaps[0] = 0.0
@@ -53,15 +57,18 @@ def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1
 def _lengths(spec: str, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
     parts = spec.split(":")
     try:
-        if len(parts) == 1:
+        if len(parts) == 1 and int(parts[0]) >= 1:
             return np.full(n, int(parts[0]), dtype=np.int64)
-        if parts[0] == "uniform" and len(parts) == 3:
+        if parts[0] == "uniform" and len(parts) == 3 and 1 <= int(parts[1]) <= int(parts[2]):
             return rng.integers(int(parts[1]), int(parts[2]) + 1, size=n)
         if parts[0] == "lognormal" and len(parts) == 3:
-            return np.maximum(np.rint(rng.lognormal(float(parts[1]), float(parts[2]), size=n)), 1).astype(np.int64)
+            mu, sigma = float(parts[1]), float(parts[2])
+            if math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0:
+                return np.maximum(np.rint(rng.lognormal(mu, sigma, size=n)), 1).astype(np.int64)
     except ValueError:
         pass
-    raise PlannerError(f"{what}={spec!r}: expected an integer, uniform:A:B or lognormal:MU:SIGMA")
+    raise PlannerError(f"{what}={spec!r}: expected a positive integer, uniform:A:B (1 <= A <= B) or "
+                       "lognormal:MU:SIGMA (finite, SIGMA >= 0)")
 
 
 def synthetic(spec: str) -> SimWorkload:
@@ -81,19 +88,20 @@ def synthetic(spec: str) -> SimWorkload:
         raise PlannerError(f"--synthetic has unknown keys {', '.join(sorted(unknown))}")
     try:
         n, qps, seed = int(fields["requests"]), float(fields["qps"]), int(fields.get("seed", 0))
+        arrival = fields.get("arrival", "poisson")
+        cv = 1.0 if arrival == "poisson" else float(arrival.split(":", 1)[1]) if arrival.startswith("gamma:") \
+            else None
     except ValueError as exc:
-        raise PlannerError(f"--synthetic {spec!r}: requests and seed must be integers, qps a number") from exc
-    arrival = fields.get("arrival", "poisson")
-    if arrival == "poisson":
-        cv = 1.0
-    elif arrival.startswith("gamma:"):
-        cv = float(arrival.split(":", 1)[1])
-    else:
+        raise PlannerError(f"--synthetic {spec!r}: requests and seed must be integers, qps and the gamma CV "
+                           "numbers") from exc
+    if n < 1:
+        raise PlannerError(f"--synthetic requests={n}: expected at least one request")
+    if cv is None:
         raise PlannerError(f"arrival={arrival!r}: expected poisson or gamma:CV")
     rng = np.random.default_rng(seed)
     times = poisson_or_gamma(n, qps, rng, cv)
-    return sorted_workload(times, _lengths(fields["input"], n, rng, "input"), _lengths(fields["output"], n, rng, "output"),
-                   f"synthetic {spec}")
+    return sorted_workload(times, _lengths(fields["input"], n, rng, "input"),
+                           _lengths(fields["output"], n, rng, "output"), f"synthetic {spec}")
 
 
 def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: int = 0) -> SimWorkload:

@@ -36,8 +36,9 @@ def request_lengths(con: duckdb.DuckDBPyConnection, trace_id: str) -> tuple[np.n
 
 
 def arrival_times(con: duckdb.DuckDBPyConnection, trace_id: str) -> np.ndarray:
-    """Arrival times (s from the first request) of every stored request, failed ones included, ascending."""
+    """Arrival times (s from the trace's first request) of the non-failed requests (those the planner replays),
+    ascending."""
     rel = con.cursor().sql(f"SELECT arrival FROM {store.requests_view(trace_id)} "
-                           f"WHERE arrival IS NOT NULL ORDER BY arrival")
+                           f"WHERE arrival IS NOT NULL AND NOT failed ORDER BY arrival")
     return rel.pl().to_series().to_numpy().astype(float)
 

@@ -15,7 +15,7 @@ FIT_FIELDS = ("input_tokens", "output_tokens", "interarrival")
 
 def fit_length_field(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str, *, cap: float | None = None,
                      detect: bool = True, seed: int = 0) -> LengthFit:
-    """Censored maximum-likelihood fits of one length field; see :func:`planner.workload.fitting.lengths.fit_lengths`."""
+    """Censored maximum-likelihood fits of one length field (:func:`planner.workload.fitting.lengths.fit_lengths`)."""
     x, w = length_counts(con, trace_id, fld)
     if w.sum() < 2:
         raise PlannerError(f"{fld}: the trace has fewer than two non-failed requests with a value; nothing to fit")

@@ -3,12 +3,15 @@ a rate), and their measured TTFT/TPOT for calibration. The simulator itself neve
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 import numpy as np
 
 from planner.errors import PlannerError
 from planner.sim.workload import SimWorkload, poisson_or_gamma, sorted_workload
 from planner.traces import store
+from planner.workload.rates import arrival_rate_rps
 
 
 def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: float | None = None,
@@ -21,15 +24,17 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     if frame.height == 0:
         raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
     inputs, outputs = frame["input_tokens"].to_numpy(), frame["output_tokens"].to_numpy()
-    if rate_scale is not None and rate_scale <= 0:
-        raise PlannerError(f"--rate-scale {rate_scale}: expected a positive factor")
+    if rate_scale is not None and not (math.isfinite(rate_scale) and rate_scale > 0):
+        raise PlannerError(f"--rate-scale {rate_scale}: expected a positive, finite factor")
+    if qps is not None and not (math.isfinite(qps) and qps > 0):
+        raise PlannerError(f"--qps {qps}: expected a positive, finite request rate")
     if info.has_timestamps and frame["arrival"].null_count() == 0:
         arrival = frame["arrival"].to_numpy().astype(float)
-        span = float(arrival.max() - arrival.min())
         if qps is not None:
-            if span <= 0:
+            rate = arrival_rate_rps(arrival)
+            if rate is None:
                 raise PlannerError("--qps on a trace whose requests all arrive at once: use --rate-scale")
-            arrival = arrival * ((arrival.size - 1) / span) / qps
+            arrival = arrival * rate / qps
         elif rate_scale is not None:
             arrival = arrival / rate_scale
     elif qps is not None:

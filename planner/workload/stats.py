@@ -1,7 +1,9 @@
 """Exact summary statistics of a stored trace, computed in DuckDB.
 
-Percentiles interpolate linearly between order statistics (numpy's default) and cover non-failed requests;
-arrival statistics cover every stored request, failed ones included (they arrived too).
+Percentiles interpolate linearly between order statistics (numpy's default). Every statistic covers the non-failed
+requests, arrival statistics too: they are the requests the planner replays, so the rate here is the rate every
+replay, search and recommendation scales (:func:`planner.workload.rates.request_rate_rps`); failed requests are
+counted apart.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import duckdb
 
 from planner.traces import store
 from planner.traces.layouts import LATENCY_FIELDS
+from planner.workload.rates import request_rate_rps
 
 PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 DISPERSION_BINS_S = {"1s": 1.0, "10s": 10.0, "60s": 60.0}
@@ -60,13 +63,14 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
     """
     cur = con.cursor()
     view = store.requests_view(trace_id)
-    n, span = cur.execute(f"SELECT count(arrival), max(arrival) - min(arrival) FROM {view}").fetchall()[0]
+    n, first, span = cur.execute(f"SELECT count(arrival), min(arrival), max(arrival) - min(arrival) FROM {view} "
+                                 "WHERE NOT failed").fetchall()[0]
     if not n:
         return None
     span = float(span)
     gaps = cur.execute(
         f"SELECT avg(g), stddev_pop(g) FROM (SELECT arrival - lag(arrival) OVER (ORDER BY arrival, \"row\") AS g "
-        f"FROM {view} WHERE arrival IS NOT NULL) WHERE g IS NOT NULL").fetchall()[0]
+        f"FROM {view} WHERE arrival IS NOT NULL AND NOT failed) WHERE g IS NOT NULL").fetchall()[0]
     mean_gap, sd_gap = gaps
     cv = float(sd_gap / mean_gap) if mean_gap else None
     dispersion = {}
@@ -74,14 +78,14 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
         nbins = int(math.floor(span / width)) + 1
         # counts per bin, empty bins included: mean = n / nbins, variance from sum of squares
         sum_sq = cur.execute(
-            f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL "
-            f"GROUP BY floor(arrival / {width!r}))").fetchall()[0][0]
+            f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
+            f"GROUP BY floor((arrival - ?) / ?))", [first, width]).fetchall()[0][0]
         mean = n / nbins
         var = float(sum_sq) / nbins - mean * mean
         dispersion[label] = var / mean if nbins > 1 else None
     return {
         "span_s": span,
-        "rate_rps": n / span if span > 0 else None,
+        "rate_rps": request_rate_rps(n, span),
         "interarrival_cv": cv,
         "timestamp_resolution_s": resolution_s,
         "dispersion": dispersion,

@@ -14,6 +14,7 @@ from planner.catalog.presets import get_model
 from planner.recommend.plan import RecommendOptions
 from planner.report.build import build_report
 from planner.report.render import SECTIONS, chart_svgs, to_html
+from planner.scenario import Scenario
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 
@@ -108,10 +109,10 @@ def test_a_script_payload_in_a_trace_name_stays_text_in_chromium(browser, artifa
     rows = "\n".join(f"{0.4 * k:.1f},{rng.integers(50, 900)},{rng.integers(10, 300)}" for k in range(200))
     (tmp_path / "t.csv").write_text("arrival,input_tokens,output_tokens\n" + rows + "\n")
     info = ingest_file(con, tmp_path / "t.csv", name=payload)
-    body = build_report(con, info.trace_id, get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"),
-                        RecommendOptions(max_model_len=4096))
+    report = build_report(con, info.trace_id, Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"),
+                                                       max_model_len=4096), RecommendOptions())
     path = tmp_path / "payload.html"
-    path.write_text(to_html(body, chart_svgs(body["charts"])))
+    path.write_text(to_html(report, chart_svgs(report.charts)))
     page, requested, dialogs = open_offline(browser, path, artifacts, "payload-report.png")
     expect(page.locator("h1")).to_contain_text(payload)                  # shown literally, as text
     assert page.locator("script").count() == 0

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+from planner.sim.kernel import LAZY, reserved_tokens
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -50,17 +55,56 @@ class Engine:
     label: str
     help: str
     run: Callable[..., RawRun]
-    reserves_max_new: bool = False     # needs a max_new_tokens (defaults to max_model_len - prompt)
+    # the admission rule the loop runs: LAZY (blocks as tokens are computed), RESERVE_MAX (prompt + max_new_tokens
+    # up front) or RESERVE_CHUNKED (TGI's 1,024-token chunks); None: batch-level admission (static batching)
+    reservation: int | None = LAZY
+    block_tokens: int | None = None    # its own KV block (TensorRT-LLM's 32 tokens); None: the scenario's
     chunks_prefill: bool = True        # honours chunked prefill and a token budget below max_model_len
     preemption_modes: tuple[str, ...] = ("recompute",)   # what a recommendation may choose between
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
-    launch_args: Callable[[dict, int, int], str] | None = None   # (config, tp, max_model_len) -> its flags
+    launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
 
-    def command(self, config: dict, model_id: str, tp: int, max_model_len: int) -> str:
-        """The command line that starts this engine with ``config`` (a recommendation's settings)."""
+    def command(self, config: dict, scenario: Scenario) -> str:
+        """The command line that starts this engine for ``scenario`` with ``config`` (a recommendation's
+        scheduler settings)."""
         if self.launcher is None or self.launch_args is None:
             return f"# {self.label} is a research scheduler with no production launcher"
-        return f"{self.launcher.format(model=model_id)} {self.launch_args(config, tp, max_model_len)}"
+        model_id = scenario.model.hf_id or scenario.model.name
+        return f"{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
+
+
+    def peak_tokens(self, prompt: np.ndarray, output: np.ndarray, max_new: float, block_size: int) -> np.ndarray:
+        """KV tokens each request holds at its peak under this engine's admission rule, in whole blocks: a lazy
+        engine its final length; a reserving one the reservation in force when its last token is generated."""
+        prompt = np.asarray(prompt, dtype=float)
+        generated = np.minimum(np.asarray(output, dtype=float), max_new)
+        if self.reservation == LAZY:
+            held = prompt + generated
+        else:
+            held = reserved_tokens.py_func(self.reservation, prompt, np.maximum(generated - 1, 0),
+                                           np.broadcast_to(float(max_new), prompt.shape))
+        block = self.block_tokens or block_size
+        return np.ceil(held / block) * block
+
+
+def vllm_scenario_flags(scenario: Scenario) -> list[str]:
+    """The ``vllm serve`` flags of a scenario's memory settings that differ from vLLM's defaults (V0 and V1 spell
+    them alike), and the tensor-parallel degree and context length: what makes the server match the plan."""
+    parts = []
+    if scenario.tp > 1:
+        parts.append(f"--tensor-parallel-size {scenario.tp}")
+    if scenario.gpu_memory_utilization != 0.9:
+        parts.append(f"--gpu-memory-utilization {scenario.gpu_memory_utilization:g}")
+    if scenario.kv_cache_dtype != "auto":
+        parts.append(f"--kv-cache-dtype {scenario.kv_cache_dtype}")
+    if scenario.block_size != 16:
+        parts.append(f"--block-size {scenario.block_size}")
+    if scenario.weight_dtype == "fp8" and scenario.model.weight_dtype != "fp8":
+        parts.append("--quantization fp8")          # online fp8 of a 16-bit checkpoint
+    if scenario.num_gpu_blocks is not None:
+        parts.append(f"--num-gpu-blocks-override {scenario.num_gpu_blocks}")
+    parts.append(f"--max-model-len {scenario.max_model_len}")
+    return parts
 
 
 def reservation_limit(prompt: np.ndarray, settings: EngineSettings) -> np.ndarray:

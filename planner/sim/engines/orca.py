@@ -7,11 +7,11 @@ from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, max(settings.max_num_batched_tokens, settings.max_model_len),
-                          settings.block_size, settings.num_blocks, False, 0, RESERVE_MAX, log_every,
+                          settings.block_size, settings.num_blocks, False, 0, ENGINE.reservation, log_every,
                           arrival, False)
     return RawRun(*out)
 
 
 ENGINE = Engine("orca", "Orca", "Iteration-level batching (requests join and leave every step) with each request's "
                 "prompt + max_new_tokens reserved at admission; whole prompts, no chunking; never preempts.", run,
-                reserves_max_new=True, chunks_prefill=False)
+                reservation=RESERVE_MAX, chunks_prefill=False)

@@ -69,4 +69,4 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
 
 ENGINE = Engine("static", "Static batching", "Request-level batches of up to max_num_seqs waiting requests: every "
                 "prompt padded to the longest, every sequence decoding until the longest output ends; the next "
-                "batch waits for it (Hugging Face generate-style).", run, chunks_prefill=False)
+                "batch waits for it (Hugging Face generate-style).", run, chunks_prefill=False, reservation=None)

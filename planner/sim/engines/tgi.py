@@ -7,23 +7,28 @@ from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
-                          settings.num_blocks, settings.chunked_prefill, 0, RESERVE_CHUNKED, log_every,
+                          settings.num_blocks, settings.chunked_prefill, 0, ENGINE.reservation, log_every,
                           arrival, False)
     return RawRun(*out)
 
 
-def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+def launch_args(config: dict, scenario) -> str:
     """``text-generation-launcher`` flags: the token budget is ``--max-batch-prefill-tokens``; TGI sizes the
     batch by KV tokens, so ``--max-batch-size`` is the sequence cap (CUDA honours it as a ceiling)."""
+    max_len = scenario.max_model_len
     parts = [f"--max-batch-prefill-tokens {config['max_num_batched_tokens']}",
-             f"--max-batch-size {config['max_num_seqs']}", f"--max-input-tokens {max_model_len - 1}",
-             f"--max-total-tokens {max_model_len}"]
-    if tp > 1:
-        parts.append(f"--num-shard {tp}")
+             f"--max-batch-size {config['max_num_seqs']}", f"--max-input-tokens {max_len - 1}",
+             f"--max-total-tokens {max_len}"]
+    if scenario.tp > 1:
+        parts.append(f"--num-shard {scenario.tp}")
+    if scenario.kv_cache_dtype.startswith("fp8"):
+        parts.append("--kv-cache-dtype fp8_e4m3fn")
+    if scenario.weight_dtype == "fp8" and scenario.model.weight_dtype != "fp8":
+        parts.append("--quantize fp8")
     return " ".join(parts)
 
 
 ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
                 "output is re-queued per 1,024-token chunk with what it generated as prompt; never preempts "
-                "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reserves_max_new=True,
+                "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reservation=RESERVE_CHUNKED,
                 launcher="text-generation-launcher --model-id {model}", launch_args=launch_args)

@@ -1,7 +1,5 @@
 """TensorRT-LLM with GUARANTEED_NO_EVICT: ceil((prompt + max output) / 32) blocks reserved up front."""
 
-from dataclasses import replace
-
 from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
 from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 
@@ -9,28 +7,27 @@ TOKENS_PER_BLOCK = 32
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
-    blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK
-    settings = replace(settings, block_size=TOKENS_PER_BLOCK, num_blocks=blocks)
+    blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK     # the same pool in its own blocks
     # without chunked context max_num_tokens must hold a whole prompt
     budget = settings.max_num_batched_tokens if settings.chunked_prefill else \
         max(settings.max_num_batched_tokens, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
-                          settings.max_num_seqs, budget, TOKENS_PER_BLOCK, blocks, settings.chunked_prefill, 0,
-                          RESERVE_MAX, log_every,
-                          arrival, False)
+                          settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
+                          ENGINE.reservation, log_every, arrival, False)
     return RawRun(*out)
 
 
-def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+def launch_args(config: dict, scenario) -> str:
     """``trtllm-serve`` flags (the PyTorch backend's names)."""
     parts = [f"--max_batch_size {config['max_num_seqs']}", f"--max_num_tokens {config['max_num_batched_tokens']}",
-             f"--max_seq_len {max_model_len}"]
-    if tp > 1:
-        parts.append(f"--tp_size {tp}")
+             f"--max_seq_len {scenario.max_model_len}"]
+    if scenario.tp > 1:
+        parts.append(f"--tp_size {scenario.tp}")
     return " ".join(parts)
 
 
 ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",
                 "In-flight batching with max_num_tokens per step; a request is admitted only when its prompt + "
                 "max output fits in 32-token blocks, so a started request is never paused.", run,
-                reserves_max_new=True, launcher="trtllm-serve {model}", launch_args=launch_args)
+                reservation=RESERVE_MAX, block_tokens=TOKENS_PER_BLOCK, launcher="trtllm-serve {model}",
+                launch_args=launch_args)

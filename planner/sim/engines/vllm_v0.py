@@ -4,7 +4,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
-from planner.sim.engines.base import Engine, EngineSettings, RawRun
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, vllm_scenario_flags
 from planner.sim.kernel import enqueue_arrivals, log_step
 
 WATERMARK = 0.01
@@ -141,17 +141,15 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
                               log_every))
 
 
-def launch_args(config: dict, tp: int, max_model_len: int) -> str:
+def launch_args(config: dict, scenario) -> str:
     """Flags of vLLM ≤ 0.10 running its V0 engine (``--preemption-mode`` left with V0)."""
-    budget = max(config["max_num_batched_tokens"], max_model_len)     # V0 without chunking needs a whole prompt
+    # V0 without chunking needs a whole prompt
+    budget = max(config["max_num_batched_tokens"], scenario.max_model_len)
     parts = [f"--max-num-seqs {config['max_num_seqs']}", f"--max-num-batched-tokens {budget}",
              f"--preemption-mode {config.get('preemption_mode', 'recompute')}"]
     if config.get("preemption_mode") == "swap":
         parts.append("--swap-space 16")
-    if tp > 1:
-        parts.append(f"--tensor-parallel-size {tp}")
-    parts.append(f"--max-model-len {max_model_len}")
-    return " ".join(parts)
+    return " ".join(parts + vllm_scenario_flags(scenario))
 
 
 ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit, vllm_scenario_flags
 from planner.sim.kernel import LAZY, RESERVE_MAX, simulate_kernel
 from planner.sim.prediction import predicted_lengths
 
@@ -22,15 +22,12 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     return RawRun(*out)
 
 
-def launch_args(config: dict, tp: int, max_model_len: int) -> str:
-    """``vllm serve`` flags (vLLM V1 names) of a configuration."""
+def launch_args(config: dict, scenario) -> str:
+    """``vllm serve`` flags (vLLM V1 names) of a configuration in a scenario."""
     parts = [f"--max-num-seqs {config['max_num_seqs']}", f"--max-num-batched-tokens {config['max_num_batched_tokens']}"]
     if not config["enable_chunked_prefill"]:
         parts.append("--no-enable-chunked-prefill")
-    if tp > 1:
-        parts.append(f"--tensor-parallel-size {tp}")
-    parts.append(f"--max-model-len {max_model_len}")
-    return " ".join(parts)
+    return " ".join(parts + vllm_scenario_flags(scenario))
 
 
 ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens) per step: running requests first "

@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats
 
 from planner.workload.fitting.lengths import MAX_DISTINCT, QUANTILES, LengthFit, counts_of, fit_lengths
+from planner.workload.rates import request_rate_rps
 
 INTERARRIVAL_FAMILIES = ("exponential", "gamma", "weibull", "lognormal")
 DISPERSION_WIDTHS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
@@ -134,7 +135,7 @@ def peak_summary(arrivals_s: np.ndarray) -> dict:
     """Mean rate, peak-to-mean ratio per bin width, and the planning peak: p99 of per-minute rates."""
     t = np.asarray(arrivals_s, dtype=float)
     span = float(t.max() - t.min())
-    mean = t.size / span if span > 0 else None
+    mean = request_rate_rps(t.size, span)
     peaks = {}
     for label, width in (("1s", 1.0), ("10s", 10.0), ("60s", 60.0)):
         if span >= width:

@@ -1,0 +1,24 @@
+"""Plain JSON from planner results: numpy values become Python ones, NaN and inf become null."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def clean(obj: Any) -> Any:
+    """A JSON-safe copy: numpy scalars and arrays as Python values and lists, tuples and sets as lists, NaN and
+    inf as None; dicts and lists recursively."""
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, np.ndarray):
+        return clean(obj.tolist())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [clean(v) for v in obj]
+    return obj

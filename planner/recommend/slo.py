@@ -1,0 +1,113 @@
+"""SLO classes: a latency percentile under a limit, an attainment share (DistServe's goodput definition), or
+throughput only; parsed from ``NAME:METRIC<VALUE`` text, and judged on a replay (:func:`meets`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.sim.results import SimResult, saturated
+
+MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99), whatever the class
+
+
+MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99), whatever the class
+
+
+@dataclass(frozen=True)
+class SLOClass:
+    """``metric`` (ttft, tpot or e2e) at ``percentile`` below ``limit_ms``; or, with ``bounds``, at least
+    ``share`` of the requests meeting every ``(metric, limit_ms)`` bound at once (DistServe's attainment); neither:
+    throughput only."""
+
+    name: str
+    metric: str | None = None
+    percentile: float = 99.0
+    limit_ms: float | None = None
+    bounds: tuple[tuple[str, float], ...] = ()
+    share: float = 0.9
+
+    @property
+    def key(self) -> str | None:
+        return None if self.metric is None else f"{self.metric}_p{self.percentile:g}_ms"
+
+    @property
+    def bounded(self) -> bool:
+        return self.metric is not None or bool(self.bounds)
+
+    @property
+    def focus(self) -> tuple[str, float]:
+        """The (metric, percentile) that stands for the class in sweeps and the tornado."""
+        if self.bounds:
+            return self.bounds[0][0], self.share * 100
+        return (self.metric, self.percentile) if self.metric else ("e2e", 99.0)
+
+    def as_dict(self) -> dict:
+        if self.bounds:
+            return {**{f"{m}_ms": limit for m, limit in self.bounds}, "attainment": self.share}
+        return {} if self.key is None else {self.key: self.limit_ms}
+
+
+DEFAULT_CLASSES = (SLOClass("ttft", "ttft", 99, 200.0), SLOClass("tpot", "tpot", 99, 50.0),
+                   SLOClass("throughput"))
+
+
+_BOUND = r"(ttft|tpot|e2e)\s*<\s*([0-9.]+)"
+
+
+def parse_slo(text: str) -> SLOClass:
+    """``NAME:METRIC<VALUE`` with METRIC ``ttft_pNN``, ``tpot_pNN`` or ``e2e_pNN`` in ms (``chat:ttft_p99<300``);
+    ``NAME:ttft<200,tpot<50@90%`` for an attainment share (90% of requests meet both); ``NAME:throughput`` for a
+    class with no latency bound."""
+    bare = re.fullmatch(r"\s*([\w.-]+)\s*:\s*throughput\s*", text)
+    if bare:
+        return SLOClass(bare.group(1))
+    share = re.fullmatch(rf"\s*([\w.-]+)\s*:\s*({_BOUND}(?:\s*,\s*{_BOUND})*)\s*@\s*([0-9.]+)\s*(%?)\s*", text)
+    if share:
+        value = float(share.group(share.lastindex - 1)) / (100 if share.group(share.lastindex) else 1)
+        if not 0 < value < 1:
+            raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100%")
+        bounds = tuple((m, float(v)) for m, v in re.findall(_BOUND, share.group(2)))
+        return SLOClass(share.group(1), bounds=bounds, share=value)
+    match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
+    if not match:
+        raise PlannerError(f"--slo {text!r}: expected NAME:METRIC<VALUE such as chat:ttft_p99<300 "
+                           "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), NAME:ttft<200,tpot<50@90% "
+                           "or NAME:throughput")
+    name, metric, pct, limit = match.groups()
+    return SLOClass(name, metric, float(pct), float(limit))
+
+
+def attainment(result: SimResult, bounds: tuple[tuple[str, float], ...]) -> float:
+    """Share of the requests that completed within every bound (a request with no TPOT, one output token, meets
+    any TPOT bound; a rejected or unfinished one meets none)."""
+    ok = np.isfinite(result.finish) & ~result.rejected
+    for metric, limit_ms in bounds:
+        values = {"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s}[metric] * 1e3
+        ok &= np.isnan(values) | (values <= limit_ms) if metric == "tpot" else values <= limit_ms
+    return float(ok.mean()) if ok.size else 0.0
+
+
+def slo_load(result: SimResult, slo: SLOClass) -> float:
+    """How close a run is to breaking the class's bound: 1 at the limit, above 1 broken."""
+    if slo.bounds:
+        missed = 1.0 - attainment(result, slo.bounds)
+        return missed / (1.0 - slo.share)
+    return result.metric_ms(slo.metric, slo.percentile) / slo.limit_ms
+
+
+def meets(result: SimResult, slo: SLOClass) -> bool:
+    """Every request completed, the queue stayed bounded (not saturated; for latency classes also p99 queueing
+    ≤ ``MAX_QUEUE_P99_S``: a replay of a finite trace always drains eventually, so a surge that builds minutes of
+    backlog is not "sustainable"), and the class's bound holds (:func:`slo_load` ≤ 1)."""
+    # requests the engine rejects up front (prompt ≥ max_model_len) are not the configuration's failure
+    if (np.isnan(result.finish) & ~result.rejected).any() or saturated(result):
+        return False
+    queue = result.queue_s[np.isfinite(result.queue_s)]
+    if slo.bounded and queue.size and np.percentile(queue, 99) > MAX_QUEUE_P99_S:
+        return False
+    return not slo.bounded or slo_load(result, slo) <= 1.0
+

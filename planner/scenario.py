@@ -1,0 +1,309 @@
+"""One serving scenario: model, GPU, tensor parallelism, dtypes, vLLM's memory flags and overheads, the engine and
+its settings, and the cost model. Built and validated once (a value ``vllm serve`` would refuse is refused here,
+naming the flag and what it expects), then taken whole by every layer: memory, fit check, simulation, search,
+recommendation, diagnosis and report. Defaults that depend on other fields (``max_model_len`` from the model,
+``max_num_seqs`` and ``max_num_batched_tokens`` from the GPU) are resolved here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from planner.capacity.memory import KV_DTYPE_BYTES, Overheads, default_batched_tokens, default_max_num_seqs, plan_memory
+from planner.catalog.gpus import GPU, GiB
+from planner.catalog.models import WEIGHT_BYTES, ModelSpec
+from planner.errors import PlannerError
+from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
+from planner.sim.engines import ENGINES, EngineSettings
+
+if TYPE_CHECKING:
+    from planner.capacity.memory import MemoryPlan
+    from planner.sim.cost_model import StepCoefficients
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)      # vLLM's CacheConfig.BlockSize
+PRIORITIES = ("fcfs", "shortest-predicted")
+# fields whose default depends on others: None asks for it, and the resolved value records that it was asked
+AUTO_FIELDS = ("weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+# how each field is spelled on the command line (planner.cli.scenario_args registers them; errors name them)
+FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--weight-dtype",
+         "kv_cache_dtype": "--kv-cache-dtype", "gpu_memory_utilization": "--gpu-mem-util",
+         "max_model_len": "--max-model-len", "block_size": "--block-size", "num_gpu_blocks": "--num-gpu-blocks",
+         "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+         "engine": "--engine", "chunked_prefill": "--no-chunked-prefill", "preemption": "--preemption",
+         "max_new_tokens": "--max-new-tokens", "reserve_quantile": "--reserve-predicted", "priority": "--priority",
+         "price": "--price"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A model served on ``tp`` × ``gpu`` by one engine with its settings, and how steps are costed.
+
+    Attributes
+    ----------
+    weight_dtype, max_model_len, max_num_seqs, max_num_batched_tokens
+        ``None`` asks for the default (the model's dtype and ``max_position_embeddings``; ``vllm serve``'s limits
+        for the GPU, the budget raised to ``max_model_len`` without chunked prefill); after construction they hold
+        the value that applies and :attr:`auto` names those that were defaulted.
+    num_gpu_blocks : int, optional
+        Overrides the computed KV block count (vLLM's ``--num-gpu-blocks-override``).
+    overheads : Overheads
+        Memory vLLM subtracts besides the weights (estimated, entered, or fitted from a startup log).
+    cost : CostParams
+        The step-time cost model's parameters (defaults or a calibration).
+
+    Raises
+    ------
+    PlannerError
+        On the first value that makes no sense, naming its flag and the range expected.
+    """
+
+    model: ModelSpec
+    gpu: GPU
+    tp: int = 1
+    weight_dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    block_size: int = 16
+    num_gpu_blocks: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    overheads: Overheads = Overheads()
+    engine: str = "vllm-v1"
+    chunked_prefill: bool = True
+    preemption: str = "recompute"
+    max_new_tokens: int | None = None
+    reserve_quantile: float | None = None
+    priority: str = "fcfs"
+    cost: CostParams = CostParams()
+    auto: frozenset[str] = field(init=False, default=frozenset())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelSpec) or not isinstance(self.gpu, GPU):
+            raise PlannerError("a scenario needs a model (a preset or a config.json) and a GPU preset")
+        set_ = object.__setattr__
+        set_(self, "auto", frozenset(f for f in AUTO_FIELDS if getattr(self, f) is None))
+        tp = _integer("tp", self.tp, low=1)
+        set_(self, "tp", tp)
+        self._check_tp(tp)
+        set_(self, "weight_dtype", self.weight_dtype or self.model.weight_dtype)
+        _choice("weight_dtype", self.weight_dtype, WEIGHT_BYTES)
+        _choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPE_BYTES)
+        util = _number("gpu_memory_utilization", self.gpu_memory_utilization)
+        if not 0 < util <= 1:
+            raise PlannerError(f"--gpu-mem-util {util:g}: expected a fraction of GPU memory in (0, 1]")
+        set_(self, "gpu_memory_utilization", util)
+        limit = self.model.max_position
+        max_len = _integer("max_model_len", self.max_model_len, low=1) if self.max_model_len is not None else limit
+        if max_len > limit:
+            raise PlannerError(f"--max-model-len {max_len}: {self.model.name} has max_position_embeddings {limit:,}; "
+                               f"expected at most {limit:,} (vLLM refuses longer without "
+                               "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
+        set_(self, "max_model_len", max_len)
+        if self.block_size not in BLOCK_SIZES:
+            raise PlannerError(f"--block-size {self.block_size!r}: expected one of "
+                               f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's block sizes)")
+        if self.num_gpu_blocks is not None:
+            set_(self, "num_gpu_blocks", _integer("num_gpu_blocks", self.num_gpu_blocks, low=1))
+        self._resolve_limits()
+        engine = ENGINES.get(self.engine)
+        if engine is None:
+            raise PlannerError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
+        if self.preemption not in engine.preemption_modes:
+            raise PlannerError(f"--preemption {self.preemption!r}: {engine.label} preempts by "
+                               f"{' or '.join(engine.preemption_modes)}")
+        if self.max_new_tokens is not None:
+            set_(self, "max_new_tokens", _integer("max_new_tokens", self.max_new_tokens, low=1))
+        _choice("priority", self.priority, PRIORITIES)
+        if self.reserve_quantile is not None:
+            q = _number("reserve_quantile", self.reserve_quantile)
+            if not 0 < q < 1:
+                raise PlannerError(f"--reserve-predicted {q:g}: expected a quantile such as 0.75 or 0.95")
+        if (self.reserve_quantile is not None or self.priority != "fcfs") and engine.name != "vllm-v1":
+            raise PlannerError(f"--reserve-predicted and --priority are remedies of the vllm-v1 engine, not of "
+                               f"{engine.name}")
+        _check_overheads(self.overheads)
+        _check_cost(self.cost)
+        price = _number("price", self.gpu.price_per_hour)
+        if price < 0:
+            raise PlannerError(f"--price {price:g}: expected a non-negative price per GPU-hour")
+
+    def _check_tp(self, tp: int) -> None:
+        fits = tp_degrees(self.model)
+        if tp not in fits:
+            raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
+                               f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
+                               f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")
+
+    def _resolve_limits(self) -> None:
+        set_ = object.__setattr__
+        auto = default_limits(self.gpu, self.max_model_len, self.chunked_prefill)
+        seqs = _integer("max_num_seqs", self.max_num_seqs if self.max_num_seqs is not None else auto["max_num_seqs"],
+                        low=1)
+        batched = _integer("max_num_batched_tokens", self.max_num_batched_tokens
+                           if self.max_num_batched_tokens is not None else auto["max_num_batched_tokens"], low=1)
+        if batched < seqs:
+            raise PlannerError(f"--max-num-batched-tokens {batched}: expected at least --max-num-seqs ({seqs}), as "
+                               "vLLM requires")
+        if not self.chunked_prefill and batched < self.max_model_len:
+            raise PlannerError(f"--max-num-batched-tokens {batched}: without chunked prefill it must hold a whole "
+                               f"prompt; expected at least --max-model-len ({self.max_model_len})")
+        set_(self, "max_num_seqs", seqs)
+        set_(self, "max_num_batched_tokens", batched)
+
+    def replace(self, **changes) -> Scenario:
+        """A validated copy with ``changes``; fields that were defaulted are defaulted again (a new GPU brings its
+        own ``max_num_seqs``) unless ``changes`` sets them."""
+        again = {name: None for name in self.auto if name not in changes}
+        return replace(self, **again, **changes)
+
+    @cached_property
+    def memory(self) -> MemoryPlan:
+        """vLLM's KV budget for one GPU of the tensor-parallel group (:func:`planner.capacity.memory.plan_memory`)."""
+        return plan_memory(self)
+
+    @cached_property
+    def coefficients(self) -> StepCoefficients:
+        """The cost model's per-step constants for this model, GPU, TP, dtypes and parameters."""
+        return coefficients(self)
+
+    @cached_property
+    def settings(self) -> EngineSettings:
+        """What the engine's loop reads: the limits above and the KV block pool the memory plan leaves.
+
+        Raises
+        ------
+        PlannerError
+            When no memory is left for the KV cache (vLLM fails to start).
+        """
+        plan = self.memory
+        if plan.num_blocks <= 0:
+            raise PlannerError(f"{self.model.name} on {self.tp}x {self.gpu.label}: no memory left for the KV cache "
+                               f"({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or --gpu-mem-util, or use "
+                               "--weight-dtype fp8")
+        return EngineSettings(self.max_num_seqs, self.max_num_batched_tokens, self.chunked_prefill,
+                              self.block_size, plan.num_blocks, self.max_model_len, self.max_new_tokens, 0,
+                              self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority)
+
+    @property
+    def price_per_replica_hour(self) -> float:
+        """USD per hour of one replica (``tp`` GPUs)."""
+        return self.gpu.price_per_hour * self.tp
+
+    def to_dict(self) -> dict:
+        """The JSON twin: every field, the model and GPU by name (their specs are in a report's assumptions)."""
+        out = {"model": self.model.name, "hf_id": self.model.hf_id, "gpu": self.gpu.name,
+               "gpu_label": self.gpu.label, "gpu_memory_bytes": self.gpu.memory_bytes,
+               "price_per_gpu_hour": self.gpu.price_per_hour}
+        for name in ("tp", "weight_dtype", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len",
+                     "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "engine",
+                     "chunked_prefill", "preemption", "max_new_tokens", "reserve_quantile", "priority"):
+            out[name] = getattr(self, name)
+        out["defaulted"] = sorted(self.auto)
+        out["overheads"] = asdict(self.overheads)
+        out["cost"] = self.cost.as_dict()
+        return out
+
+    def cli_args(self) -> list[str]:
+        """The command-line flags that rebuild this scenario (:mod:`planner.cli.scenario_args` reads them), values
+        that were defaulted left out; overheads fitted from a log are written out, exactly, in GiB."""
+        from planner.catalog.gpus import GPUS
+
+        args = ["--model", self.model.name, "--gpu", self.gpu.name, "--tp", str(self.tp)]
+        for name, default in (("weight_dtype", None), ("kv_cache_dtype", "auto"), ("gpu_memory_utilization", 0.9),
+                              ("max_model_len", None), ("block_size", 16), ("num_gpu_blocks", None),
+                              ("max_num_seqs", None), ("max_num_batched_tokens", None), ("engine", "vllm-v1"),
+                              ("preemption", "recompute"), ("max_new_tokens", None), ("reserve_quantile", None),
+                              ("priority", "fcfs")):
+            value = getattr(self, name)
+            if name not in self.auto and value is not None and value != default:
+                args += [FLAGS[name], f"{value:g}" if isinstance(value, float) else str(value)]
+        if not self.chunked_prefill:
+            args.append("--no-chunked-prefill")
+        o = self.overheads
+        for flag, value in (("--activation-gib", o.activation_bytes), ("--non-torch-gib", o.non_torch_bytes),
+                            ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):
+            if value is not None:
+                args += [flag, repr(value / GiB)]
+        if not o.cudagraph_counted:
+            args += ["--cudagraphs", "outside"]
+        preset = GPUS.get(self.gpu.name)
+        if preset is not None and preset.memory_bytes != self.gpu.memory_bytes:
+            args += ["--gpu-memory-gib", repr(self.gpu.memory_bytes / GiB)]
+        return args + ["--price", f"{self.gpu.price_per_hour:g}"]
+
+    @cached_property
+    def key(self) -> str:
+        """A digest of every field (model and GPU specs included): what caches are keyed on."""
+        return hashlib.sha256(repr((self.model, self.gpu, self.to_dict())).encode()).hexdigest()
+
+
+def default_limits(gpu: GPU, max_model_len: int, chunked_prefill: bool = True) -> dict[str, int]:
+    """``vllm serve``'s ``max_num_seqs`` and ``max_num_batched_tokens`` for the GPU (without chunked prefill the
+    budget is raised to hold a whole ``max_model_len`` prompt): what a scenario takes when they are not given, and
+    what the pages show as "auto"."""
+    batched = default_batched_tokens(gpu)
+    return {"max_num_seqs": default_max_num_seqs(gpu),
+            "max_num_batched_tokens": batched if chunked_prefill else max(batched, max_model_len)}
+
+
+def tp_degrees(model: ModelSpec) -> list[int]:
+    """Tensor-parallel degrees vLLM accepts for the model: the attention heads divide evenly across ranks, and the
+    KV heads split evenly or (when fewer than the ranks) replicate whole (MLA keeps one latent on every rank)."""
+    heads, kv = model.heads, model.kv_heads
+    return [d for d in range(1, heads + 1) if heads % d == 0
+            and (model.mla is not None or (kv % d == 0 if d < kv else d % kv == 0))]
+
+
+def _label(name: str) -> str:
+    return FLAGS.get(name, name)
+
+
+def _number(name: str, value) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PlannerError(f"{_label(name)} {value!r}: expected a number") from None
+    if not math.isfinite(number):
+        raise PlannerError(f"{_label(name)} {value!r}: expected a finite number")
+    return number
+
+
+def _integer(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value):
+        raise PlannerError(f"{_label(name)} {value!r}: expected a whole number of at least {low}")
+    if value < low:
+        raise PlannerError(f"{_label(name)} {int(value)}: expected a whole number of at least {low}")
+    return int(value)
+
+
+def _choice(name: str, value, options) -> None:
+    if value not in options:
+        raise PlannerError(f"{_label(name)} {value!r}: expected one of {', '.join(options)}")
+
+
+def _check_overheads(overheads: Overheads) -> None:
+    for name in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes", "weights_bytes"):
+        value = getattr(overheads, name)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise PlannerError(f"memory overhead {name} {value!r}: expected a non-negative number of bytes")
+
+
+def _check_cost(cost: CostParams) -> None:
+    """The cost model's parameters, as a calibration file or defaults give them."""
+    for name in ("mfu", "mbu", "link_efficiency"):
+        value = getattr(cost, name)
+        if not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
+    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s"):
+        value = getattr(cost, name)
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
+                               "seconds")
+    if not isinstance(cost.roofline_p, (int, float)) or not cost.roofline_p >= 1:
+        raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

@@ -1,0 +1,270 @@
+"""What a simulation gives: per-request outcomes (:class:`SimResult`) and the typed summary every view reads
+(:class:`SimulationSummary`, whose ``to_dict()`` is the ``simulate --json`` object of ../shared/CONTRACT.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.sim.workload import SimWorkload
+from planner.tables import Table
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
+
+PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
+BUCKET_EDGES = (512, 2048)
+TIMELINE_POINTS = 2000
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request outcomes (seconds; NaN where undefined) of one replay of ``workload`` in ``scenario``."""
+
+    scenario: Scenario
+    workload: SimWorkload
+    first_token: np.ndarray
+    finish: np.ndarray
+    first_scheduled: np.ndarray
+    preemptions: np.ndarray
+    rejected: np.ndarray
+    too_long: np.ndarray        # rejected up front: the prompt does not fit max_model_len
+    steps: int
+    timeline: np.ndarray
+    sim_wall_s: float
+    generated: np.ndarray
+    free_blocks_at_end: int
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token - self.workload.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        out = self.workload.output_tokens
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(out > 1, (self.finish - self.first_token) / (out - 1), np.nan)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish - self.workload.arrival_s
+
+    @property
+    def queue_s(self) -> np.ndarray:
+        return self.first_scheduled - self.workload.arrival_s
+
+    @property
+    def completed(self) -> np.ndarray:
+        return np.isfinite(self.finish)
+
+    @property
+    def duration_s(self) -> float:
+        """Simulated seconds from the first arrival to the last completion."""
+        if not self.completed.any():
+            return 0.0
+        return float(np.nanmax(self.finish) - self.workload.arrival_s.min())
+
+    def metric_ms(self, metric: str, percentile: float) -> float:
+        """A percentile of ``ttft``, ``tpot`` or ``e2e`` over the requests that have it (inf when none does)."""
+        values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s}[metric]
+        finite = values[np.isfinite(values)]
+        return float(np.percentile(finite, percentile) * 1e3) if finite.size else math.inf
+
+    def output_rate_tok_s(self) -> float:
+        """Output tokens of completed requests per simulated second."""
+        span = self.duration_s
+        return float(self.workload.output_tokens[self.completed].sum() / span) if span > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p50, p90, p99 and the mean of one latency, in ms (None where no request has it)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    mean: float | None
+
+    @classmethod
+    def of(cls, values_s: np.ndarray) -> Percentiles:
+        v = values_s[np.isfinite(values_s)] * 1e3
+        if v.size == 0:
+            return cls(None, None, None, None)
+        return cls(*(float(np.percentile(v, q)) for q in PERCENTILES.values()), float(v.mean()))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BucketLatency:
+    """Latencies of the completed requests whose prompt falls in one input-length bucket."""
+
+    bucket: str
+    n: int
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+
+    def to_dict(self) -> dict:
+        return {"bucket": self.bucket, "n": self.n, "ttft_ms": self.ttft_ms.to_dict(),
+                "tpot_ms": self.tpot_ms.to_dict(), "e2e_ms": self.e2e_ms.to_dict()}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The engine's state, sampled to at most :data:`TIMELINE_POINTS` steps."""
+
+    time_s: list[float]
+    running: list[float]
+    waiting: list[float]
+    blocks_used: list[float]
+    step_ms: list[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SimulationSummary:
+    """One replay, summarized: the ``simulate`` CLI object's fields (CONTRACT.md) and what the pages draw.
+
+    ``rejected`` counts every request the engine refused; ``rejected_too_long`` those whose prompt does not fit
+    ``max_model_len`` (vLLM refuses them with a 400), which :attr:`rejection_note` explains.
+    """
+
+    engine: str
+    workload: str
+    requests: int
+    completed: int
+    rejected: int
+    rejected_too_long: int
+    longest_prompt: int
+    max_model_len: int
+    model_max_len: int
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+    queue_ms: Percentiles
+    throughput_tok_s: dict
+    request_rate_rps: float
+    preemptions: int
+    duration_s: float
+    sim_wall_s: float
+    steps: int
+    saturated: bool
+    settings: dict
+    per_input_bucket: list[BucketLatency]
+    timeline: Timeline
+
+    @property
+    def rejection_note(self) -> str | None:
+        """Why requests were refused and what to change, in one sentence (None when every prompt fitted)."""
+        return rejection_note(self.requests, self.rejected_too_long, self.longest_prompt, self.max_model_len,
+                              self.model_max_len)
+
+    def latency_table(self) -> Table:
+        """TTFT, TPOT, E2E and queueing percentiles (ms), one row each."""
+        rows = [[name, *(getattr(getattr(self, key), p) for p in ("p50", "p90", "p99", "mean"))]
+                for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("E2E", "e2e_ms"),
+                                  ("queueing", "queue_ms"))]
+        return Table("Latency (ms)", ["metric", "p50", "p90", "p99", "mean"], rows)
+
+    def bucket_table(self) -> Table:
+        """TTFT and TPOT p50/p99 per input-length bucket."""
+        rows = [[b.bucket, b.n, b.ttft_ms.p50, b.ttft_ms.p99, b.tpot_ms.p50, b.tpot_ms.p99]
+                for b in self.per_input_bucket]
+        return Table("By input length", ["input tokens", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
+                                          "TPOT p99 ms"], rows)
+
+    def throughput_table(self) -> Table:
+        """Tokens and requests per second, preemptions and whether the queue ran away."""
+        t = self.throughput_tok_s
+        return Table("Throughput", ["input tok/s", "output tok/s", "requests/s", "preemptions", "saturated"],
+                     [[t["input"], t["output"], self.request_rate_rps, self.preemptions, self.saturated]])
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("engine", "workload", "requests", "completed", "rejected",
+                                             "rejected_too_long")}
+        out.update({k: getattr(self, k).to_dict() for k in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")})
+        out.update({k: getattr(self, k) for k in ("throughput_tok_s", "request_rate_rps", "preemptions",
+                                                  "duration_s", "sim_wall_s", "steps", "saturated", "settings")})
+        out["rejection_note"] = self.rejection_note
+        out["per_input_bucket"] = [b.to_dict() for b in self.per_input_bucket]
+        out["timeline"] = self.timeline.to_dict()
+        return out
+
+
+def rejection_note(requests: int, too_long: int, longest_prompt: int, max_model_len: int,
+                   model_max_len: int) -> str | None:
+    """The sentence every simulating view shows when prompts exceed ``max_model_len``."""
+    if not too_long:
+        return None
+    fix = (f"raise --max-model-len (this model allows up to {model_max_len:,})" if max_model_len < model_max_len
+           else "serve a model with a longer context")
+    return (f"{too_long:,} of {requests:,} requests ({too_long / requests:.1%}) were rejected: their prompts "
+            f"(up to {longest_prompt:,} tokens) do not fit max_model_len {max_model_len:,}, and vLLM refuses such "
+            f"requests. The latencies cover the rest; to serve them, {fix}.")
+
+
+def saturated(result: SimResult) -> bool:
+    """The queue grows without bound: over the second half of the arrivals, queueing delay keeps rising with
+    arrival time (by more than 0.1 s per second: the server falls ≥ 10% behind) and ends above a second."""
+    w = result.workload
+    half = w.arrival_s >= w.arrival_s[0] + 0.5 * (w.arrival_s[-1] - w.arrival_s[0])
+    queue = result.queue_s[half]
+    t = w.arrival_s[half]
+    ok = np.isfinite(queue)
+    if ok.sum() < 20 or np.ptp(t[ok]) <= 0:
+        return False
+    slope = np.polyfit(t[ok], queue[ok], 1)[0]
+    return bool(slope > 0.1 and np.nanmean(queue[-max(1, queue.size // 10):]) > 1.0)
+
+
+def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> SimulationSummary:
+    """The typed summary of a replay: percentiles, throughput, per-bucket latencies and a timeline sample."""
+    w, done = result.workload, result.completed
+    duration = result.duration_s
+    tokens_in = float(w.input_tokens[done].sum())
+    tokens_out = float(w.output_tokens[done].sum())
+    per_bucket = []
+    bounds = [0.0, *sorted(buckets), math.inf]
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        mask = (w.input_tokens >= lo) & (w.input_tokens < hi) & done
+        per_bucket.append(BucketLatency(f"{lo:g}+" if math.isinf(hi) else f"{lo:g}–{hi:g}", int(mask.sum()),
+                                        Percentiles.of(result.ttft_s[mask]), Percentiles.of(result.tpot_s[mask]),
+                                        Percentiles.of(result.e2e_s[mask])))
+    timeline = result.timeline
+    if timeline.shape[0] > TIMELINE_POINTS:
+        timeline = timeline[:: math.ceil(timeline.shape[0] / TIMELINE_POINTS)]
+    scenario = result.scenario
+    return SimulationSummary(
+        engine=scenario.engine, workload=w.source, requests=w.n, completed=int(done.sum()),
+        rejected=int(result.rejected.sum()), rejected_too_long=int(result.too_long.sum()),
+        longest_prompt=int(w.input_tokens.max()) if w.n else 0, max_model_len=scenario.max_model_len,
+        model_max_len=scenario.model.max_position,
+        ttft_ms=Percentiles.of(result.ttft_s), tpot_ms=Percentiles.of(result.tpot_s),
+        e2e_ms=Percentiles.of(result.e2e_s), queue_ms=Percentiles.of(result.queue_s),
+        throughput_tok_s={"input": tokens_in / duration if duration else 0.0,
+                          "output": tokens_out / duration if duration else 0.0,
+                          "total": (tokens_in + tokens_out) / duration if duration else 0.0},
+        request_rate_rps=float(done.sum() / duration) if duration else 0.0,
+        preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
+        steps=result.steps, saturated=saturated(result), settings=asdict(scenario.settings),
+        per_input_bucket=per_bucket,
+        timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
+                          timeline[:, 3].tolist(), (timeline[:, 4] * 1e3).tolist()))
+
+
+def goodput(result: SimResult, ttft_ms: float | None = None, tpot_ms: float | None = None) -> float:
+    """Requests per second that completed within the SLO (a missing bound is not checked)."""
+    ok = result.completed.copy()
+    if ttft_ms is not None:
+        ok &= result.ttft_s * 1e3 <= ttft_ms
+    if tpot_ms is not None:
+        ok &= ~(result.tpot_s * 1e3 > tpot_ms)
+    span = result.duration_s
+    return float(ok.sum() / span) if span else 0.0
