@@ -5,6 +5,7 @@ A shared report link (``?report=<id>``) opens that report read-only for anyone w
 
 import streamlit as st
 
+from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, search_controls, set_current
 from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
 from planner.traces import store
 
@@ -56,4 +57,10 @@ page = st.navigation([
     st.Page("pages/report.py", title="Report", icon=":material/description:", url_path="report"),
     st.Page("pages/traces.py", title="Traces", icon=":material/upload_file:", url_path="traces"),
 ])
+# The scenario (and the recommendation search) belongs to the frame, not to a page: its widgets, bound to the URL,
+# keep their values as the user moves between the pages that take it (a page's own bound widgets are dropped from
+# the query string on navigation). Those pages read it with pages._scenario.current().
+if page.url_path in SCENARIO_PAGES:
+    st.title(page.title)
+    set_current(scenario(), search_controls() if page.url_path in SEARCH_PAGES else None)
 page.run()

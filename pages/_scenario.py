@@ -19,6 +19,10 @@ from planner.sim.cost_model import CostParams, params_from_json
 from planner.sim.engines import ENGINES
 
 URL = {"bind": "query-params", "persist_state": "page"}
+# drawn by the frame (app.py) above these pages: the scenario on each, the recommendation search on the last two
+SCENARIO_PAGES = ("memory", "simulate", "recommend", "report")
+SEARCH_PAGES = ("recommend", "report")
+SHARED = {"bind": "query-params", "persist_state": "session"}
 UPLOADED = "uploaded config.json"
 REMEDIES = {"none": {}, "reserve predicted p75": {"reserve_quantile": 0.75},
             "reserve predicted p95": {"reserve_quantile": 0.95},
@@ -28,7 +32,7 @@ REMEDIES = {"none": {}, "reserve predicted p75": {"reserve_quantile": 0.75},
 def model_choice():
     """A preset or an uploaded Hugging Face config.json (its spec kept in the session)."""
     names = preset_names() + [UPLOADED]
-    choice = st.selectbox("Model", names, key="model", **URL,
+    choice = st.selectbox("Model", names, key="model", **SHARED,
                           help="A preset, or upload any Hugging Face config.json (llama, mistral, mixtral, qwen2, "
                                "qwen3, gemma2, falcon, opt, gpt_neox, deepseek_v3)")
     if choice != UPLOADED:
@@ -46,6 +50,20 @@ def model_choice():
         except (PlannerError, json.JSONDecodeError) as exc:
             st.error(str(exc))
             st.stop()
+
+
+def set_current(scenario_: Scenario, options=None) -> None:
+    """Hand the frame's scenario (and search options) to the page it runs next, in this run."""
+    st.session_state["current_scenario"] = (scenario_, options)
+
+
+def current(search: bool = False):
+    """``(Scenario, RecommendOptions or None)`` the frame built for this run; a page run without the frame
+    (Streamlit's AppTest runs pages alone) draws the same widgets itself."""
+    handed = st.session_state.pop("current_scenario", None)
+    if handed is not None:
+        return handed
+    return scenario(), search_controls() if search else None
 
 
 def _gib(value: float | None) -> int | None:
@@ -76,53 +94,53 @@ def scenario() -> Scenario:
     with c[0]:
         model = model_choice()
     # no format_func: a bound widget writes its displayed label to the URL, and links should carry preset names
-    gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", **URL)
-    tp = c[2].selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tp", **URL,
+    gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", **SHARED)
+    tp = c[2].selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tp", **SHARED,
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
-    util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **URL,
+    util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **SHARED,
                              help="Fraction of the memory CUDA reports that vLLM may use")
     c = st.columns(5)
-    max_len = c[0].number_input("max_model_len", 1, 10_000_000, None, 1024, key="max_len", **URL,
+    max_len = c[0].number_input("max_model_len", 1, 10_000_000, None, 1024, key="max_len", **SHARED,
                                 placeholder=f"auto: {model.max_position:,}",
                                 help="Empty: the model's max_position_embeddings")
-    kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **URL)
-    weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **URL,
+    kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **SHARED)
+    weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **SHARED,
                                   help=f"model default: {model.weight_dtype}")
-    block = c[3].selectbox("Block size", [16, 32, 64], key="block", **URL)
+    block = c[3].selectbox("Block size", [16, 32, 64], key="block", **SHARED)
     price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, key="price",
-                              **URL, help="Your price; the default is a typical on-demand cloud rate")
+                              **SHARED, help="Your price; the default is a typical on-demand cloud rate")
     gpu = GPUS[gpu_name].with_price(price)
     with st.expander("Engine and scheduler limits"):
         c = st.columns(4)
-        engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **URL,
+        engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **SHARED,
                                 help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
-        chunked = c[1].toggle("Chunked prefill", True, key="chunked", **URL)
+        chunked = c[1].toggle("Chunked prefill", True, key="chunked", **SHARED)
         auto = default_limits(gpu, max_len or model.max_position, chunked)
-        seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **URL,
+        seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **SHARED,
                                  placeholder=f"auto: {auto['max_num_seqs']:,}", help="Empty: vllm serve's default here")
-        batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **URL,
+        batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **SHARED,
                                     placeholder=f"auto: {auto['max_num_batched_tokens']:,}",
                                     help="Empty: vllm serve's default here")
         c = st.columns(3)
-        max_new = c[0].number_input("max_new_tokens", 1, 1_000_000, None, 64, key="max_new", **URL,
+        max_new = c[0].number_input("max_new_tokens", 1, 1_000_000, None, 64, key="max_new", **SHARED,
                                     placeholder="no cap", help="Empty: no cap; reserving engines then reserve up to "
                                                                "max_model_len")
-        preemption = c[1].selectbox("Preemption (vLLM V0)", ["recompute", "swap"], key="preemption", **URL,
+        preemption = c[1].selectbox("Preemption (vLLM V0)", ["recompute", "swap"], key="preemption", **SHARED,
                                     disabled=len(ENGINES[engine].preemption_modes) < 2,
                                     help="vLLM V1 and the reserving engines always recompute")
-        remedy = c[2].selectbox("Remedy (vLLM V1)", list(REMEDIES), key="remedy", **URL,
+        remedy = c[2].selectbox("Remedy (vLLM V1)", list(REMEDIES), key="remedy", **SHARED,
                                 disabled=engine != "vllm-v1")
     with st.expander("Memory overheads, startup log and cost model"):
         c = st.columns(4)
-        activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **URL,
+        activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **SHARED,
                                        placeholder="estimated", help="Empty: estimated from the scheduler limits")
-        non_torch = c[1].number_input("Non-torch (GiB)", 0.0, 50.0, None, 0.1, key="nontorch", **URL,
+        non_torch = c[1].number_input("Non-torch (GiB)", 0.0, 50.0, None, 0.1, key="nontorch", **SHARED,
                                       placeholder="estimated", help="Empty: 0.25 GiB, 2.1 GiB with NCCL under TP")
-        graphs = c[2].number_input("CUDA graphs (GiB)", 0.0, 20.0, None, 0.1, key="graphs", **URL,
+        graphs = c[2].number_input("CUDA graphs (GiB)", 0.0, 20.0, None, 0.1, key="graphs", **SHARED,
                                    placeholder="estimated", help="Empty: estimated from the layers and max_num_seqs")
-        override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **URL,
+        override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **SHARED,
                                      placeholder="computed")
-        counted = st.toggle("CUDA graphs inside the budget", True, key="graphs_counted", **URL,
+        counted = st.toggle("CUDA graphs inside the budget", True, key="graphs_counted", **SHARED,
                             help="vLLM ≥ 0.21 subtracts estimated CUDA-graph memory before sizing the KV cache; "
                                  "earlier versions captured graphs outside it")
         log_text = st.text_area("vLLM startup log", key="vllm_log", height=120, persist_state="session",
@@ -163,15 +181,15 @@ def search_controls() -> dict:
     from planner.recommend.plan import RecommendOptions, slo_classes
 
     c = st.columns([3, 1])
-    slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **URL,
+    slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **SHARED,
                                help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
                                     "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
                                     "requests meet both); a throughput class (no latency bound) is always added")
-    headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **URL)
+    headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **SHARED)
     c = st.columns(2)
-    tp_text = c[0].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **URL,
+    tp_text = c[0].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **SHARED,
                               help="by requests/s per GPU; empty: the scenario's TP")
-    caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **URL,
+    caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **SHARED,
                                 help="none, integers, or pNN percentiles of the trace's output lengths")
     slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
     try:

@@ -158,14 +158,17 @@ def recommendation(trace_id: str, scenario, options, progress=None):
     return out
 
 
-def show_table(table, key: str, **kwargs) -> None:
+def show_table(table, key: str, transpose: bool = False, **kwargs) -> None:
     """A :class:`planner.tables.Table` (or a list of records) as a data grid, the page's twin of the report's
-    table: empty cells read "—", never "None"; as wide as its container, scrolling sideways when wider."""
+    table: empty cells read "—", never "None"; ``transpose`` turns a wide table of a few rows (one per SLO class)
+    on its side, so no column runs off the page's edge."""
     import polars as pl
 
     from planner.tables import Table
 
     table = table if isinstance(table, Table) else Table.of(list(table))
+    if transpose:
+        table = table.transposed()
     st.dataframe(pl.DataFrame(table.display_columns(), strict=False), hide_index=True, key=key, width="stretch",
                  **kwargs)
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages._scenario import URL, scenario
+from pages._scenario import URL, current
 from pages._shared import request_lengths, require_frame, selected_trace, show_table
 from planner.capacity.report import capacity_report
 from planner.capacity.reservation import POLICIES
@@ -11,8 +11,7 @@ from planner.charts import capacity as capacity_charts
 from planner.errors import PlannerError
 
 require_frame()
-st.title("Memory & capacity")
-s = scenario()
+s, _ = current()
 fit_n = st.number_input("Fit check: sequences of max_model_len", 1, 100_000, 32, key="fit_n", **URL,
                         help="The smallest TP degree with room for this many requests of max_model_len tokens")
 info = selected_trace()

@@ -2,20 +2,18 @@
 
 import streamlit as st
 
-from pages._scenario import scenario, search_controls
+from pages._scenario import current
 from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
 from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
 from planner.recommend.table import class_table
 
 require_frame()
-st.title("Recommend")
-s = scenario()
+s, options = current(search=True)
 info = selected_trace()
 if info is None or not info.has_timestamps:
     st.info("Select a trace with timestamps in the sidebar: recommendations replay its arrivals.")
     st.stop()
-options = search_controls()
 bar = st.progress(0.0, text="searching…")
 try:
     out = recommendation(info.trace_id, s, options, lambda f, msg: bar.progress(min(f, 1.0), text=msg))
@@ -26,7 +24,7 @@ except PlannerError as exc:
 bar.progress(1.0, text=f"{out.simulations} simulations")
 show_rejections(out.rejection_note)
 
-show_table(class_table(out), "recommend_table")
+show_table(class_table(out), "recommend_table", transpose=True)
 st.caption(f"Trace rate {out.trace_rate_rps:.2f} req/s; peak (p99 of per-minute rates) "
            f"{out.peak_rate_rps or 0:.2f} req/s × headroom {options.headroom:g}. Every configuration is this "
            f"scenario ({s.engine}, {s.kv_cache_dtype} KV, {s.weight_dtype} weights, block {s.block_size}) with the "

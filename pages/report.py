@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages._scenario import scenario, search_controls
+from pages._scenario import current
 from pages._shared import connection, recommendation, require_frame, selected_trace, show_rejections, workspace_owner
 from planner.errors import PlannerError
 from planner.report.build import build_report
@@ -10,13 +10,11 @@ from planner.report.render import markdown_text
 from planner.report.store import list_reports, load_report, publish_report
 
 require_frame()
-st.title("Report")
-s = scenario()
+s, options = current(search=True)
 info = selected_trace()
 if info is None:
     st.info("Select a trace in the sidebar.")
     st.stop()
-options = search_controls()
 st.caption("Workload and fits, memory and capacity, a replay at the trace's own rate, recommendations with "
            "commands, sensitivity plots and every assumption, with the trace's content hash: one file that opens "
            "offline. Saving stores it under an unguessable link that opens it read-only for anyone who has it.")

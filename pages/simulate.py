@@ -2,14 +2,13 @@
 
 import streamlit as st
 
-from pages._scenario import URL, scenario
+from pages._scenario import URL, current
 from pages._shared import require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
 
 require_frame()
-st.title("Simulate")
-s = scenario()
+s, _ = current()
 info = selected_trace()
 c = st.columns(4)
 source = c[0].selectbox("Workload", ["trace replay", "trace lengths, fitted", "synthetic"], key="source", **URL)
@@ -45,7 +44,8 @@ m[1].metric("Saturated", "yes" if summary.saturated else "no",
 m[2].metric("Queueing p99", f"{summary.queue_ms.p99 or 0:,.0f} ms")
 m[3].metric("KV blocks", f"{s.settings.num_blocks:,}", help=f"{s.block_size}-token blocks the engine schedules "
             "against (the Memory page's plan)")
-st.caption(f"{summary.workload} · {s.engine} · max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
+st.caption(f"{summary.workload} · {s.engine} on {s.tp}× {s.gpu.name} · weights {s.weight_dtype}, KV "
+           f"{s.kv_cache_dtype} in {s.block_size}-token blocks · max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
            f"{s.max_num_batched_tokens}, max_model_len {s.max_model_len}")
 
 show_table(summary.latency_table(), "sim_percentiles")

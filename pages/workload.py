@@ -33,7 +33,7 @@ if tab_lengths.open:
                                    "0 = detect a spike at the maximum")
         detect = c3.toggle("Detect a cap", value=True, key="detect", **URL, disabled=cap > 0)
         x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
-        m = st.columns(4)
+        m = st.columns([1, 2, 1, 1])     # family names such as lognormal_pareto need the room
         m[0].metric("Requests fitted", f"{fit.n:,}", help="Non-failed requests with a value")
         m[1].metric("Best fit (AIC)", fit.best)
         m[2].metric("Cap", f"{fit.censored_at:g}" if fit.censored_at is not None else "none",
@@ -73,7 +73,7 @@ if tab_arrivals.open:
             st.info("This trace has no timestamps: arrival views need an arrival column.")
         else:
             fit, peaks = arrivals["fit"], arrivals["peaks"]
-            m = st.columns(5)
+            m = st.columns(3) + st.columns(3)       # five tiles in one row cut their values
             m[0].metric("Mean rate", f"{peaks['mean_rate_rps']:.3g} req/s")
             m[1].metric("Peak rate", f"{peaks['peak_rate_rps']:.3g} req/s" if peaks["peak_rate_rps"] else "—",
                         help="p99 of per-minute rates: the rate to provision for")
@@ -130,6 +130,7 @@ if tab_latency.open:
                              f"bucket **{buckets['driver']}** holds most requests above it")
                 col.altair_chart(charts.bucket_chart(buckets["buckets"], lat_field, by_field),
                                  key=f"bucket_{lat_field}_{by_field}")
-                with col:
-                    show_table([{k: v for k, v in b.items() if k not in ("lo", "hi")} for b in buckets["buckets"]],
-                               f"buckets_{lat_field}_{by_field}", column_config=NUMBER)
+            for by_field, buckets in by_fields.items():      # full width: nine columns do not fit half a page
+                st.caption(f"By {by_field.replace('_', ' ')}")
+                show_table([{k: v for k, v in b.items() if k not in ("lo", "hi")} for b in buckets["buckets"]],
+                           f"buckets_{lat_field}_{by_field}", column_config=NUMBER)

@@ -27,6 +27,13 @@ class Table:
         """One dict per row, keyed by column name."""
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
+    def transposed(self) -> Table:
+        """Rows as columns, named by the first column's values: a wide table of few rows (one per SLO class) reads
+        down a narrow page instead of running off its edge."""
+        head = [self.columns[0], *(fmt(row[0]) for row in self.rows)]
+        return Table(self.caption, head, [[name, *(row[i] for row in self.rows)]
+                                          for i, name in enumerate(self.columns) if i > 0])
+
     def display_columns(self) -> dict[str, list]:
         """Columns ready for a data grid: a column with an empty cell is written as text (empty cells as
         :data:`EMPTY`, numbers as :func:`fmt` writes them) so no grid shows "None"; the others keep raw values."""

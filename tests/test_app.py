@@ -121,7 +121,9 @@ def test_workload_page_fits_the_sample(app):
     assert got["Requests fitted"] == "8,350" and got["Cap"] == "7936" and got["Censored"] == "1.64%"
     assert got["Best fit (AIC)"] == "lognormal_pareto"
     ranking = table_with(app, "delta_aic")
-    assert ranking["delta_aic"][0] == 0 and ranking["family"][0] == "lognormal_pareto"
+    # the empirical row has no AIC: the column is written as text, its empty cell "—", never "None"
+    assert ranking["delta_aic"][0] == "0" and ranking["family"][0] == "lognormal_pareto"
+    assert list(ranking["aic"])[-1] == "—"
     assert "empirical" in list(ranking["family"]) and len(app.get("vega_lite_chart")) == 3
     assert sorted(set(table_with(app, "group")["group"])) == ["llama-3-70b", "llama-3-8b"]
 
@@ -176,3 +178,37 @@ def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, mess
     at.switch_page("pages/workload.py").run()
     assert not at.exception
     assert message in at.info[0].value
+
+
+def test_no_data_grid_shows_an_empty_cell_as_none(tmp_path, monkeypatch):
+    """Streamlit draws a missing value as "None": every grid of every page holds values or "—"."""
+    import numpy as np
+
+    from planner.traces.ingest import ingest_file
+
+    db = tmp_path / "grids.duckdb"
+    con = store.open_store(db)
+    rng = np.random.default_rng(2)
+    prompts = np.where(rng.random(200) < 0.3, 9_000, rng.integers(100, 3_000, 200))
+    rows = "\n".join(f"{0.4 * k:.1f},{p},{o},{40 + k % 7}" for k, (p, o) in
+                     enumerate(zip(prompts, rng.integers(20, 300, 200), strict=True)))
+    (tmp_path / "t.csv").write_text("arrival,input_tokens,output_tokens,ttft_ms\n" + rows + "\n")
+    ingest_file(con, tmp_path / "t.csv", name="grids")
+    con.close()
+    monkeypatch.setenv("PLANNER_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["trace"] = "grids"
+    at.query_params["slos"] = "chat:ttft_p99<5000"
+    at.run()
+    seen = 0
+    for page, views in (("pages/overview.py", [None]), ("pages/workload.py", ["Lengths", "Arrivals", "Latency"]),
+                        ("pages/memory.py", [None]), ("pages/simulate.py", [None]), ("pages/recommend.py", [None])):
+        for view in views:
+            if view:
+                at.query_params["view"] = view
+            at.switch_page(page).run()
+            assert not at.exception, page
+            for grid in at.dataframe:
+                seen += 1
+                assert not grid.value.isna().any().any(), (page, view, list(grid.value.columns))
+    assert seen >= 10

@@ -101,8 +101,10 @@ def test_the_memory_breakdown_is_a_banded_bar_of_the_whole_gpu():
 
     plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")).memory
     chart = capacity_charts.breakdown_bar(plan).to_dict()
-    # a band on a nominal axis: a bar placed at a pixel value has no height in Streamlit's renderer
+    # a band on a nominal axis, its thickness a step and the legend below: a fixed pixel height left Streamlit a
+    # hairline of a bar and two of the six legend entries
     assert chart["encoding"]["y"]["type"] == "nominal" and "value" not in chart["encoding"]["y"]
+    assert chart["height"] == {"step": 36} and chart["encoding"]["color"]["legend"]["orient"] == "bottom"
     rows = next(iter(chart["datasets"].values()))
     assert [r["part"] for r in rows] == ["weights", "activation", "non_torch", "cuda_graphs", "kv_cache",
                                          "outside_budget"]

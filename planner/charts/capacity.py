@@ -17,16 +17,18 @@ _PARTS = ("weights", "activation", "non_torch", "cuda_graphs", "kv_cache", "outs
 def breakdown_bar(plan: MemoryPlan) -> alt.Chart:
     """One GPU's memory as a stacked bar: weights, activation peak, non-torch, CUDA graphs, KV cache, the rest.
 
-    The bar is a band on a one-value nominal axis: a bar placed by a pixel value (``y=alt.value``) has no height
-    in Streamlit's renderer and draws nothing there, though vl-convert draws it.
+    The bar's thickness is a band step with the legend below it, not a fixed pixel height: Streamlit fits a fixed
+    height around the axis and a six-entry legend, which left the bar a hairline and two legend entries (vl-convert
+    draws either way).
     """
     breakdown = plan.breakdown_gib()
     data = pl.DataFrame({"gpu": "one GPU", "part": list(_PARTS), "gib": [float(breakdown[p]) for p in _PARTS],
                          "order": list(range(len(_PARTS)))})
     return alt.Chart(data).mark_bar().encode(
         x=alt.X("gib:Q", title="GiB per GPU", stack="zero"), y=alt.Y("gpu:N", title=None, axis=None),
-        color=alt.Color("part:N", sort=list(_PARTS), title=None), order="order:Q",
-        tooltip=["part:N", alt.Tooltip("gib:Q", format=".2f")]).properties(height=60)
+        color=alt.Color("part:N", sort=list(_PARTS), title=None,
+                        legend=alt.Legend(orient="bottom", columns=len(_PARTS))),
+        order="order:Q", tooltip=["part:N", alt.Tooltip("gib:Q", format=".2f")]).properties(height=alt.Step(36))
 
 
 def concurrency_chart(curve: list[dict], trace: dict | None = None) -> alt.LayerChart:

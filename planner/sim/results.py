@@ -20,6 +20,12 @@ BUCKET_EDGES = (512, 2048)
 TIMELINE_POINTS = 2000
 
 
+def _percentile_ms(values_s: np.ndarray, percentile: float) -> float:
+    """The one way a latency percentile is computed (ms, linear interpolation, finite values; inf without any)."""
+    v = values_s[np.isfinite(values_s)] * 1e3
+    return float(np.percentile(v, percentile)) if v.size else math.inf
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Per-request outcomes (seconds; NaN where undefined) of one replay of ``workload`` in ``scenario``."""
@@ -68,10 +74,10 @@ class SimResult:
         return float(np.nanmax(self.finish) - self.workload.arrival_s.min())
 
     def metric_ms(self, metric: str, percentile: float) -> float:
-        """A percentile of ``ttft``, ``tpot`` or ``e2e`` over the requests that have it (inf when none does)."""
+        """A percentile of ``ttft``, ``tpot`` or ``e2e`` over the requests that have it (inf when none does),
+        computed as the summary's :class:`Percentiles` are, to the last bit."""
         values = {"ttft": self.ttft_s, "tpot": self.tpot_s, "e2e": self.e2e_s}[metric]
-        finite = values[np.isfinite(values)]
-        return float(np.percentile(finite, percentile) * 1e3) if finite.size else math.inf
+        return _percentile_ms(values, percentile)
 
     def output_rate_tok_s(self) -> float:
         """Output tokens of completed requests per simulated second."""
@@ -90,10 +96,10 @@ class Percentiles:
 
     @classmethod
     def of(cls, values_s: np.ndarray) -> Percentiles:
-        v = values_s[np.isfinite(values_s)] * 1e3
-        if v.size == 0:
+        if not np.isfinite(values_s).any():
             return cls(None, None, None, None)
-        return cls(*(float(np.percentile(v, q)) for q in PERCENTILES.values()), float(v.mean()))
+        return cls(*(_percentile_ms(values_s, q) for q in PERCENTILES.values()),
+                   float((values_s[np.isfinite(values_s)] * 1e3).mean()))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -60,6 +60,12 @@ def start_server(tmp_path_factory, **extra_env):
 
 
 @pytest.fixture(scope="session")
+def launch_server(tmp_path_factory):
+    """Start a server with extra environment (``PLANNER_DB`` for a store the test prepared): the caller stops it."""
+    return lambda **extra_env: start_server(tmp_path_factory, **extra_env)
+
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory):
     proc, url = start_server(tmp_path_factory)
     yield url
