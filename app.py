@@ -5,7 +5,8 @@ A shared report link (``?report=<id>``) opens that report read-only for anyone w
 
 import streamlit as st
 
-from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, search_controls, set_current
+from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, set_current
+from pages._search import search_controls
 from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
 from planner.traces import store
 

@@ -14,7 +14,7 @@ from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
 from planner.errors import PlannerError
-from planner.scenario import Scenario, default_limits
+from planner.scenario import Scenario, defaults
 from planner.sim.cost_model import CostParams, params_from_json
 from planner.sim.engines import ENGINES
 
@@ -63,7 +63,11 @@ def current(search: bool = False):
     handed = st.session_state.pop("current_scenario", None)
     if handed is not None:
         return handed
-    return scenario(), search_controls() if search else None
+    if not search:
+        return scenario(), None
+    from pages._search import search_controls
+
+    return scenario(), search_controls()
 
 
 def _gib(value: float | None) -> int | None:
@@ -99,13 +103,14 @@ def scenario() -> Scenario:
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
     util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **SHARED,
                              help="Fraction of the memory CUDA reports that vLLM may use")
+    shown = defaults(model, GPUS[gpu_name])
     c = st.columns(5)
     max_len = c[0].number_input("max_model_len", 1, 10_000_000, None, 1024, key="max_len", **SHARED,
-                                placeholder=f"auto: {model.max_position:,}",
+                                placeholder=f"auto: {shown['max_model_len']:,}",
                                 help="Empty: the model's max_position_embeddings")
     kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **SHARED)
     weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **SHARED,
-                                  help=f"model default: {model.weight_dtype}")
+                                  help=f"model default: {shown['weight_dtype']}")
     block = c[3].selectbox("Block size", [16, 32, 64], key="block", **SHARED)
     price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, key="price",
                               **SHARED, help="Your price; the default is a typical on-demand cloud rate")
@@ -115,7 +120,7 @@ def scenario() -> Scenario:
         engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **SHARED,
                                 help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
         chunked = c[1].toggle("Chunked prefill", True, key="chunked", **SHARED)
-        auto = default_limits(gpu, max_len or model.max_position, chunked)
+        auto = defaults(model, gpu, max_len, chunked)
         seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **SHARED,
                                  placeholder=f"auto: {auto['max_num_seqs']:,}", help="Empty: vllm serve's default here")
         batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **SHARED,
@@ -173,33 +178,3 @@ def scenario() -> Scenario:
                f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; "
                f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}. {gpu.help}")
     return out
-
-
-def search_controls() -> dict:
-    """SLO classes, headroom and the compared options of a recommendation (Recommend and Report pages share them,
-    and the URL). A malformed SLO class or TP list is shown as an error and stops the page, before any search."""
-    from planner.recommend.plan import RecommendOptions, slo_classes
-
-    c = st.columns([3, 1])
-    slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **SHARED,
-                               help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
-                                    "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
-                                    "requests meet both); a throughput class (no latency bound) is always added")
-    headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **SHARED)
-    c = st.columns(2)
-    tp_text = c[0].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **SHARED,
-                              help="by requests/s per GPU; empty: the scenario's TP")
-    caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **SHARED,
-                                help="none, integers, or pNN percentiles of the trace's output lengths")
-    slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
-    try:
-        slo_classes(slos)
-        tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
-        return RecommendOptions(slos=slos, headroom=float(headroom), tp_options=tp_options,
-                                max_new_tokens_options=tuple(t.strip() for t in caps_text.split(",") if t.strip()))
-    except PlannerError as exc:
-        st.error(str(exc))
-        st.stop()
-    except ValueError:
-        st.error(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4")
-        st.stop()

@@ -90,7 +90,8 @@ class Scenario:
         tp = _integer("tp", self.tp, low=1)
         set_(self, "tp", tp)
         self._check_tp(tp)
-        set_(self, "weight_dtype", self.weight_dtype or self.model.weight_dtype)
+        base = defaults(self.model, self.gpu)
+        set_(self, "weight_dtype", self.weight_dtype or base["weight_dtype"])
         _choice("weight_dtype", self.weight_dtype, WEIGHT_BYTES)
         _choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPE_BYTES)
         util = _number("gpu_memory_utilization", self.gpu_memory_utilization)
@@ -98,7 +99,8 @@ class Scenario:
             raise PlannerError(f"--gpu-mem-util {util:g}: expected a fraction of GPU memory in (0, 1]")
         set_(self, "gpu_memory_utilization", util)
         limit = self.model.max_position
-        max_len = _integer("max_model_len", self.max_model_len, low=1) if self.max_model_len is not None else limit
+        max_len = (_integer("max_model_len", self.max_model_len, low=1) if self.max_model_len is not None
+                   else base["max_model_len"])
         if max_len > limit:
             raise PlannerError(f"--max-model-len {max_len}: {self.model.name} has max_position_embeddings {limit:,}; "
                                f"expected at most {limit:,} (vLLM refuses longer without "
@@ -141,7 +143,7 @@ class Scenario:
 
     def _resolve_limits(self) -> None:
         set_ = object.__setattr__
-        auto = default_limits(self.gpu, self.max_model_len, self.chunked_prefill)
+        auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill)
         seqs = _integer("max_num_seqs", self.max_num_seqs if self.max_num_seqs is not None else auto["max_num_seqs"],
                         low=1)
         batched = _integer("max_num_batched_tokens", self.max_num_batched_tokens
@@ -242,13 +244,15 @@ class Scenario:
         return hashlib.sha256(repr((self.model, self.gpu, self.to_dict())).encode()).hexdigest()
 
 
-def default_limits(gpu: GPU, max_model_len: int, chunked_prefill: bool = True) -> dict[str, int]:
-    """``vllm serve``'s ``max_num_seqs`` and ``max_num_batched_tokens`` for the GPU (without chunked prefill the
-    budget is raised to hold a whole ``max_model_len`` prompt): what a scenario takes when they are not given, and
-    what the pages show as "auto"."""
+def defaults(model: ModelSpec, gpu: GPU, max_model_len: int | None = None,
+             chunked_prefill: bool = True) -> dict:
+    """What a scenario takes for the fields it is not given, and what the pages show as "auto": the model's dtype
+    and ``max_position_embeddings``, ``vllm serve``'s ``max_num_seqs`` and ``max_num_batched_tokens`` for the GPU
+    (without chunked prefill the budget is raised to hold a whole ``max_model_len`` prompt)."""
+    max_len = max_model_len or model.max_position
     batched = default_batched_tokens(gpu)
-    return {"max_num_seqs": default_max_num_seqs(gpu),
-            "max_num_batched_tokens": batched if chunked_prefill else max(batched, max_model_len)}
+    return {"weight_dtype": model.weight_dtype, "max_model_len": max_len, "max_num_seqs": default_max_num_seqs(gpu),
+            "max_num_batched_tokens": batched if chunked_prefill else max(batched, max_len)}
 
 
 def tp_degrees(model: ModelSpec) -> list[int]:

@@ -29,3 +29,20 @@ def test_app_is_only_a_frame_and_pages_stay_thin():
 def test_planner_modules_stay_under_400_lines():
     for path in (ROOT / "planner").rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 400, path.name
+
+
+def test_nothing_imports_the_cli_and_the_simulator_reads_no_store():
+    core = [p for p in (ROOT / "planner").rglob("*.py")
+            if "cli" not in p.relative_to(ROOT / "planner").parts and p.name != "__main__.py"]
+    assert [(p.name, m) for p in core for m in imported_modules(p) if m.startswith("planner.cli")] == []
+    sim = list((ROOT / "planner" / "sim").rglob("*.py"))
+    assert sim and [(p.name, m) for p in sim for m in imported_modules(p)
+                    if m.split(".")[0] == "duckdb" or m.startswith(("planner.traces", "planner.workload"))] == []
+
+
+def test_the_scenario_is_built_in_one_place_per_shell():
+    """The CLI builds it in its argument group, the app in its scenario widgets; no other module calls Scenario(."""
+    modules = [*(ROOT / "planner").rglob("*.py"), *(ROOT / "pages").glob("*.py")]
+    builders = {p.relative_to(ROOT).as_posix() for p in modules
+                if "Scenario(" in p.read_text().replace("class Scenario(", "")}
+    assert builders == {"planner/cli/scenario_args.py", "pages/_scenario.py"}

@@ -62,8 +62,8 @@ def test_memory_with_a_trace_and_a_fit_request(tmp_path):
     obj = cli_json("memory", "--model", "llama-3-8b", "--gpu", "a100-40gb-sxm", "--trace", "sample_chat",
                    "--fit", "64x8192", db=db)
     assert obj["trace"]["concurrency_at_mean"] > obj["trace"]["concurrency_at_p95"] > obj["max_concurrency"]
-    assert {r["policy"] for r in obj["reservations"]} == {"vllm-v1", "orca", "tgi", "trtllm", "sglang", "sglang-decayed",
-                                                          "seed"}
+    assert {r["policy"] for r in obj["reservations"]} == {"vllm-v1", "orca", "tgi", "trtllm", "sglang",
+                                                          "sglang-decayed", "seed"}
     assert [s["percentile"] for s in obj["max_new_tokens_settings"]] == [90, 95, 99]
     assert obj["fit_check"]["tp"] == 4 and "short of 64" in obj["fit_check"]["tried"][1]["reason"]
     assert len(obj["preemption"]["points"]) > 10

@@ -132,8 +132,10 @@ def test_recommend_page(tmp_path, monkeypatch):
     at.run()
     at.switch_page("pages/recommend.py").run()
     assert not at.exception
-    table = next(d.value for d in at.dataframe if "req/s per replica" in d.value.columns)
-    assert list(table["class"]) == ["chat", "throughput"]
+    # one column per class (the table is transposed to fit the page), one row per figure
+    table = next(d.value for d in at.dataframe if "req/s per replica" in list(d.value["class"]))
+    assert list(table.columns) == ["class", "chat", "throughput"]
+    assert dict(zip(table["class"], table["chat"], strict=True))["SLO"] == "ttft_p99_ms < 3000"
     assert any(c.value.startswith("vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs") for c in at.code)
     at.text_input(key="slos").set_value("nonsense").run()
     assert "NAME:METRIC<VALUE" in at.error[0].value
@@ -236,3 +238,11 @@ def test_the_search_refines_halfway_to_the_winners_neighbours(seed_rows):
                              or g["max_num_batched_tokens"] == top["max_num_batched_tokens"] for g in finer)
         evaluated = [g["max_qps"] for g in row.grid if not g["pruned"]]
         assert row.max_qps_per_replica >= NEAR_BEST * max(evaluated)
+
+
+def test_the_recommendation_table_says_each_kind_of_slo():
+    from planner.recommend.table import slo_text
+
+    assert slo_text(parse_slo("chat:ttft_p99<300").as_dict()) == "ttft_p99_ms < 300"
+    assert slo_text(parse_slo("chat:ttft<200,tpot<50@90%").as_dict()) == "90% of requests: ttft_ms < 200, tpot_ms < 50"
+    assert slo_text(parse_slo("bulk:throughput").as_dict()) == "throughput"

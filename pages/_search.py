@@ -1,0 +1,38 @@
+"""The recommendation search's controls (Recommend and Report pages share them, and the URL)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pages._scenario import SHARED
+from planner.errors import PlannerError
+
+
+def search_controls():
+    """SLO classes, headroom and the compared options of a recommendation (Recommend and Report pages share them,
+    and the URL). A malformed SLO class or TP list is shown as an error and stops the page, before any search."""
+    from planner.recommend.plan import RecommendOptions, slo_classes
+
+    c = st.columns([3, 1])
+    slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **SHARED,
+                               help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
+                                    "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
+                                    "requests meet both); a throughput class (no latency bound) is always added")
+    headroom = c[1].number_input("Peak headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **SHARED)
+    c = st.columns(2)
+    tp_text = c[0].text_input("Compare TP degrees", "", key="tp_search", placeholder="e.g. 1,2,4", **SHARED,
+                              help="by requests/s per GPU; empty: the scenario's TP")
+    caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **SHARED,
+                                help="none, integers, or pNN percentiles of the trace's output lengths")
+    slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
+    try:
+        slo_classes(slos)
+        tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
+        return RecommendOptions(slos=slos, headroom=float(headroom), tp_options=tp_options,
+                                max_new_tokens_options=tuple(t.strip() for t in caps_text.split(",") if t.strip()))
+    except PlannerError as exc:
+        st.error(str(exc))
+        st.stop()
+    except ValueError:
+        st.error(f"Compare TP degrees {tp_text!r}: expected integers such as 1,2,4")
+        st.stop()

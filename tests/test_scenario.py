@@ -1,0 +1,117 @@
+"""The Scenario: refused values name their flag as vllm serve would refuse them, defaults resolve in one place,
+replace() re-resolves what was defaulted, and the reproduce flags rebuild the same scenario."""
+
+import math
+import shlex
+
+import pytest
+from helpers import run_cli
+
+from planner.capacity.vllm_log import overheads_from_log
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.cli.main import build_parser
+from planner.cli.scenario_args import scenario_from_args
+from planner.errors import PlannerError
+from planner.scenario import FLAGS, Scenario, tp_degrees
+from planner.sim.cost_model import CostParams
+
+LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tp": 3}, "--tp 3: llama-3-8b has 32 attention heads (8 KV heads)"),
+    ({"tp": 0}, "--tp 0: expected a whole number of at least 1"),
+    ({"tp": 2.5}, "--tp 2.5: expected a whole number"),
+    ({"max_model_len": -5}, "--max-model-len -5: expected a whole number of at least 1"),
+    ({"max_model_len": 9000}, "--max-model-len 9000: llama-3-8b has max_position_embeddings 8,192"),
+    ({"block_size": 7}, "--block-size 7: expected one of 1, 8, 16, 32, 64, 128, 256"),
+    ({"num_gpu_blocks": -5}, "--num-gpu-blocks -5: expected a whole number of at least 1"),
+    ({"gpu_memory_utilization": math.nan}, "--gpu-mem-util nan: expected a finite number"),
+    ({"gpu_memory_utilization": 1.5}, "--gpu-mem-util 1.5: expected a fraction of GPU memory in (0, 1]"),
+    ({"gpu_memory_utilization": 0.0}, "--gpu-mem-util 0: expected a fraction"),
+    ({"max_num_seqs": 0}, "--max-num-seqs 0: expected a whole number of at least 1"),
+    ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "--max-num-batched-tokens 256: expected at least "
+                                                           "--max-num-seqs (512)"),
+    ({"chunked_prefill": False, "max_num_batched_tokens": 2048}, "without chunked prefill it must hold a whole prompt"),
+    ({"kv_cache_dtype": "fp4"}, "--kv-cache-dtype 'fp4': expected one of auto"),
+    ({"weight_dtype": "fp6"}, "--weight-dtype 'fp6': expected one of bf16"),
+    ({"engine": "nope"}, "--engine 'nope': expected one of vllm-v1"),
+    ({"preemption": "swap"}, "--preemption 'swap': vLLM V1 preempts by recompute"),
+    ({"engine": "tgi", "reserve_quantile": 0.9}, "remedies of the vllm-v1 engine, not of tgi"),
+    ({"reserve_quantile": 1.5}, "--reserve-predicted 1.5: expected a quantile"),
+    ({"priority": "random"}, "--priority 'random': expected one of fcfs, shortest-predicted"),
+    ({"max_new_tokens": 0}, "--max-new-tokens 0: expected a whole number of at least 1"),
+    ({"cost": CostParams(mfu=0.0)}, "cost model mfu 0.0"),
+    ({"cost": CostParams(step_overhead_s=-1.0)}, "cost model step_overhead_s -1.0"),
+    ({"cost": CostParams(mbu="fast")}, "cost model mbu 'fast'"),
+])
+def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
+    with pytest.raises(PlannerError) as info:
+        Scenario(LLAMA8, A100, **fields)
+    assert message in str(info.value)
+
+
+def test_tp_degrees_follow_vllms_head_rules():
+    assert tp_degrees(LLAMA8) == [1, 2, 4, 8, 16, 32]          # 32 heads; 8 KV heads split, then replicate
+    assert tp_degrees(get_model("qwen2.5-7b")) == [1, 2, 4, 28]  # 28 heads, 4 KV heads: 7 and 14 split neither
+    assert 3 not in tp_degrees(LLAMA70) and 8 in tp_degrees(LLAMA70)
+    assert Scenario(get_model("deepseek-v3"), get_gpu("h200"), tp=8).tp == 8      # MLA: one latent on every rank
+
+
+def test_defaults_resolve_once_and_replace_resolves_them_again():
+    s = Scenario(LLAMA8, A100)
+    assert (s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.weight_dtype) == (8192, 256, 2048, "bf16")
+    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens"}
+    on_h100 = s.replace(gpu=get_gpu("h100-sxm"))                # vllm serve's large-GPU limits
+    assert (on_h100.max_num_seqs, on_h100.max_num_batched_tokens) == (1024, 8192)
+    pinned = Scenario(LLAMA8, A100, max_num_seqs=64).replace(gpu=get_gpu("h100-sxm"))
+    assert pinned.max_num_seqs == 64 and pinned.max_num_batched_tokens == 8192
+    whole = s.replace(chunked_prefill=False)                    # the budget must then hold a whole prompt
+    assert whole.max_num_batched_tokens == 8192
+    assert Scenario(get_model("deepseek-v3"), get_gpu("h200"), tp=8).weight_dtype == "fp8"   # as it ships
+
+
+def test_every_layer_reads_the_same_dtypes():
+    fp8 = Scenario(LLAMA8, A100, weight_dtype="fp8", kv_cache_dtype="fp8")
+    base = Scenario(LLAMA8, A100)
+    assert fp8.coefficients.kv_bytes_per_token == base.coefficients.kv_bytes_per_token / 2
+    assert fp8.coefficients.weight_bytes < 0.6 * base.coefficients.weight_bytes        # embeddings stay 16-bit
+    assert fp8.coefficients.s_per_flop == base.coefficients.s_per_flop / 2              # fp8 peak: 624 TFLOPS
+    assert fp8.settings.num_blocks == fp8.memory.num_blocks > 2 * base.memory.num_blocks
+
+
+def test_the_reproduce_flags_rebuild_the_same_scenario():
+    log = "Model loading took 4.52 GiB memory\nAvailable KV cache memory: 60.25 GiB\ntotal_memory=79.14GiB\n"
+    gpu, overheads = overheads_from_log(log, A100, 0.92)
+    original = Scenario(LLAMA8, gpu.with_price(2.25), tp=2, weight_dtype="fp8", kv_cache_dtype="fp8", block_size=32,
+                        gpu_memory_utilization=0.92, max_model_len=4096, max_num_seqs=128, overheads=overheads,
+                        max_new_tokens=512, chunked_prefill=False)
+    args = build_parser().parse_args(["memory", *original.cli_args()])
+    rebuilt = scenario_from_args(args)
+    # every term the same; the overheads now read as entered (the log's figures, written out as flags)
+    assert {**rebuilt.memory.to_dict(), "overheads_source": None} == {**original.memory.to_dict(),
+                                                                       "overheads_source": None}
+    assert rebuilt.settings == original.settings
+    assert rebuilt.coefficients == original.coefficients and rebuilt.gpu == original.gpu
+    line = shlex.join(original.cli_args())
+    for flag in ("--weight-dtype fp8", "--block-size 32", "--max-num-seqs 128", "--no-chunked-prefill",
+                 "--max-new-tokens 512", "--cudagraphs outside", "--weights-gib 4.5", "--gpu-memory-gib 79.1",
+                 "--price 2.25"):
+        assert flag in line, flag
+    assert "--max-num-batched-tokens" not in line and "--vllm-log" not in line      # defaulted; the log written out
+
+
+@pytest.mark.parametrize("command", ["memory", "step", "simulate", "calibrate", "recommend", "report"])
+def test_every_command_takes_the_same_scenario_flags(command):
+    sub = build_parser()._subparsers._group_actions[0].choices[command]
+    options = {o for action in sub._actions for o in action.option_strings}
+    assert set(FLAGS.values()) <= options, set(FLAGS.values()) - options
+
+
+@pytest.mark.parametrize("args", [["memory"], ["simulate", "--synthetic", "requests=10,input=5,output=5,qps=1"]])
+def test_a_refused_value_is_one_error_line_before_any_work(tmp_path, args):
+    proc = run_cli(*args, "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--tp", "3", "--json",
+                   db=tmp_path / "s.duckdb", check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("error: --tp 3: ")
