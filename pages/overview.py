@@ -7,7 +7,7 @@ import streamlit as st
 
 from pages._shared import rejects_csv, selected_trace, show_table, trace_stats
 from planner.traces.timestamps import describe_resolution
-from planner.workload.stats import percentile_rows
+from planner.workload.stats import stats_percentile_rows
 
 st.title("Overview")
 info = selected_trace()
@@ -33,9 +33,7 @@ else:
 
 st.subheader("Percentiles", help="Exact (linear interpolation between order statistics, as numpy's default), "
              "over non-failed requests")
-rows = percentile_rows({k: stats[k] for k in ("input_tokens", "output_tokens", "total_tokens")}
-                       | {f"{k}_ms": v for k, v in stats["latency_ms"].items()})
-show_table(rows, "overview_percentiles",
+show_table(stats_percentile_rows(stats), "overview_percentiles",
            column_config={c: st.column_config.NumberColumn(format="%.1f") for c in
                           ("mean", "p50", "p90", "p95", "p99", "p999", "max")})
 

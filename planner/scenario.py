@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -278,7 +279,7 @@ def _number(name: str, value) -> float:
 
 
 def _integer(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or value != int(value):
         raise PlannerError(f"{_label(name)} {value!r}: expected a whole number of at least {low}")
     if value < low:
@@ -302,12 +303,12 @@ def _check_cost(cost: CostParams) -> None:
     """The cost model's parameters, as a calibration file or defaults give them."""
     for name in ("mfu", "mbu", "link_efficiency"):
         value = getattr(cost, name)
-        if not isinstance(value, (int, float)) or not 0 < value <= 1:
+        if not isinstance(value, numbers.Real) or not 0 < value <= 1:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
     for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s"):
         value = getattr(cost, name)
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
                                "seconds")
-    if not isinstance(cost.roofline_p, (int, float)) or not cost.roofline_p >= 1:
+    if not isinstance(cost.roofline_p, numbers.Real) or not cost.roofline_p >= 1:
         raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

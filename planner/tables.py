@@ -23,10 +23,6 @@ class Table:
         columns = list(records[0]) if records else []
         return cls(caption, columns, [[r.get(c) for c in columns] for r in records])
 
-    def records(self) -> list[dict]:
-        """One dict per row, keyed by column name."""
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
-
     def transposed(self) -> Table:
         """Rows as columns, named by the first column's values: a wide table of few rows (one per SLO class) reads
         down a narrow page instead of running off its edge."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from planner.recommend.table import class_table
 from planner.tables import Table, fmt
+from planner.workload.stats import stats_percentile_rows
 
 if TYPE_CHECKING:
     from planner.report.build import Report
@@ -47,12 +48,9 @@ def _image(name: str, svg: str) -> str:
 def _rows(report: Report) -> dict[str, list[Table]]:
     """Per section, its tables: the one source both twins render (the recommendation and simulation tables are the
     pages' own builders)."""
-    stats, out = report.stats, {key: [] for key, _ in SECTIONS}
-    pct = ("mean", "p50", "p90", "p99", "max")
-    lengths = [[f, *[stats[f].get(p) for p in pct]] for f in ("input_tokens", "output_tokens", "total_tokens")
-               if stats.get(f)]
-    latencies = [[f"{k} ms", *[v.get(p) for p in pct]] for k, v in (stats.get("latency_ms") or {}).items()]
-    out["workload"].append(Table("Request lengths and measured latencies", ["field", *pct], lengths + latencies))
+    out = {key: [] for key, _ in SECTIONS}
+    out["workload"].append(replace(Table.of(stats_percentile_rows(report.stats)),
+                                   caption="Request lengths and measured latencies"))
     fits = []
     for f, fit in report.fits.items():
         if "error" in fit:

@@ -108,3 +108,10 @@ def trace_stats(con: duckdb.DuckDBPyConnection, trace_ref: str) -> dict:
 def percentile_rows(table: dict[str, dict | None]) -> list[dict]:
     """Percentile blocks as table rows (``field, mean, p50 … max``), skipping fields without values."""
     return [{"field": f, **block} for f, block in table.items() if block is not None]
+
+
+def stats_percentile_rows(stats: dict) -> list[dict]:
+    """The percentile table of a ``stats`` object: lengths, then the measured latencies (``ttft_ms`` …), as the
+    Overview page and the report show it."""
+    return percentile_rows({k: stats[k] for k in LENGTH_FIELDS}
+                           | {f"{k}_ms": v for k, v in (stats.get("latency_ms") or {}).items()})
