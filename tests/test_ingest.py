@@ -79,6 +79,16 @@ def test_bad_values_go_to_rejects_with_row_and_reason(con, tmp_path):
     assert csv_bytes.splitlines()[0] == "row,raw,reason" and len(csv_bytes.splitlines()) == 6
 
 
+def test_a_rejected_row_with_zero_output_is_not_counted_failed(con, tmp_path):
+    # failed is tested over stored rows only: a bad row's zero output tokens must not count
+    path = write(tmp_path / "zero.csv", "input_tokens,output_tokens\n5,0\n-1,0\n7,3\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected, result.failed) == (2, 1, 1)
+    assert canonical_rows(con, result.trace_id, '"row", failed') == [(1, True), (3, False)]
+    assert store.rejects_of(con, result.trace_id) == [(2, "-1,0", "input_tokens (column 'input_tokens'): -1 is "
+                                                          "negative")]
+
+
 def test_structurally_broken_lines_keep_row_numbers_straight(con, tmp_path):
     path = write(tmp_path / "broken.csv", "t,input_tokens,output_tokens\n1,10,1\n2,20,2,99\n3,30,3\n4,40\n5,50,5\n")
     result = ingest_file(con, path)
