@@ -20,7 +20,7 @@ from planner.traces import store
 from planner.traces.content_hash import ContentHash
 from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
 from planner.traces.sources import Dialect, Source, open_source, read_error, sql_str
-from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind
+from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind, seconds_sql
 
 ProgressFn = Callable[[float, str], None]
 _SAMPLE_ROWS = 20_000
@@ -309,7 +309,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             structural = _structural_rejects(cur, source)
             time_kind = plan.time_kind
             has_time = time_kind is not None
-            first_arrival = "min(arrival_abs) FILTER (reject IS NULL)" if has_time else "NULL"
+            first_arrival = seconds_sql("min(arrival_abs) FILTER (reject IS NULL)", time_kind) if has_time else "NULL"
             rows, bad, failed, t0, first_rowid = cur.execute(
                 f"SELECT count(*) FILTER (reject IS NULL), count(*) FILTER (reject IS NOT NULL), "
                 f"count(*) FILTER (reject IS NULL AND {plan.failed_sql}), {first_arrival}, coalesce(min(rowid), 0) "
@@ -327,7 +327,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
                 raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
                                    "rows with whole, non-negative input and output token counts")
-            arrival = f"arrival_abs - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
+            arrival = f"{seconds_sql('arrival_abs', time_kind)} - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
             optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
                                  for fld, sql_type in _OPTIONAL_FIELDS.items())
             cur.execute(

@@ -106,13 +106,23 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
 
 
 def arrival_sql(value_sql: str, kind: TimeKind) -> str:
-    """SQL turning the text value into seconds (epoch or relative, as the kind says); NULL when unparsable."""
+    """SQL reading the text value as an arrival to store; NULL when unparsable.
+
+    Datetimes stay timestamps (:func:`seconds_sql` turns them into epoch seconds when read): a timestamp column
+    stores and compresses as integers, where epoch seconds with microseconds are doubles that compress poorly.
+    Numbers become seconds, epoch or relative as the kind says.
+    """
     if kind.kind == "datetime":
-        return f"epoch(TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'}))"
+        return f"TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'})"
     # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
     per_second = round(1.0 / kind.seconds_per_unit)
     scale = "" if per_second == 1 else f" / {per_second}.0"
     return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
+
+
+def seconds_sql(arrival: str, kind: TimeKind) -> str:
+    """SQL turning an arrival read by :func:`arrival_sql` into seconds (epoch or relative, as the kind says)."""
+    return f"epoch({arrival})" if kind.kind == "datetime" else arrival
 
 
 def describe_resolution(seconds: float | None) -> str:
@@ -126,4 +136,4 @@ def describe_resolution(seconds: float | None) -> str:
     return f"{seconds:g} s"
 
 
-__all__ = ["TimeKind", "infer_time_kind", "arrival_sql", "describe_resolution"]
+__all__ = ["TimeKind", "infer_time_kind", "arrival_sql", "seconds_sql", "describe_resolution"]
