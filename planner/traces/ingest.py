@@ -61,8 +61,9 @@ def _result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> Inges
 
 
 def _sample(cur, source: Source, expr: str) -> list[str]:
-    rows = cur.sql(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
-                   f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
+    # execute, not sql(): a relation binds its query (sniffing the file again) and then binds it once more to run
+    rows = cur.execute(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
+                       f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
     return [r[0] for r in rows]
 
 
