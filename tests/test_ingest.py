@@ -79,6 +79,31 @@ def test_bad_values_go_to_rejects_with_row_and_reason(con, tmp_path):
     assert csv_bytes.splitlines()[0] == "row,raw,reason" and len(csv_bytes.splitlines()) == 6
 
 
+def test_a_rejected_row_with_zero_output_is_not_counted_failed(con, tmp_path):
+    # failed is tested over stored rows only: a bad row's zero output tokens must not count
+    path = write(tmp_path / "zero.csv", "input_tokens,output_tokens\n5,0\n-1,0\n7,3\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected, result.failed) == (2, 1, 1)
+    assert canonical_rows(con, result.trace_id, '"row", failed') == [(1, True), (3, False)]
+    assert store.rejects_of(con, result.trace_id) == [(2, "-1,0", "input_tokens (column 'input_tokens'): -1 is "
+                                                          "negative")]
+
+
+def test_datetimes_keep_microseconds_and_offsets(con, tmp_path):
+    path = write(tmp_path / "dt.csv", "created,input_tokens,output_tokens\n"
+                 "2024-05-10 00:00:00.064352+02:00,1,2\n"
+                 "2024-05-09T22:00:01.000001Z,3,4\n"
+                 "2024-05-09 22:00:00.5+0000,5,6\n"
+                 "infinity,7,8\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected) == (3, 1)
+    assert result.time_kind == "datetime" and result.timestamp_resolution_s == pytest.approx(1e-6)
+    arrivals = [r[0] for r in canonical_rows(con, result.trace_id, "arrival")]
+    assert arrivals == pytest.approx([0.0, 0.935649, 0.435648], abs=1e-6)  # epoch doubles hold ~0.2 µs
+    assert store.get_trace(con, result.trace_id).start_epoch_s == pytest.approx(1715292000.064352, abs=1e-6)
+    assert "cannot read infinity as datetime" in store.rejects_of(con, result.trace_id)[0][2]
+
+
 def test_structurally_broken_lines_keep_row_numbers_straight(con, tmp_path):
     path = write(tmp_path / "broken.csv", "t,input_tokens,output_tokens\n1,10,1\n2,20,2,99\n3,30,3\n4,40\n5,50,5\n")
     result = ingest_file(con, path)

@@ -20,7 +20,7 @@ from planner.traces import store
 from planner.traces.content_hash import ContentHash
 from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
 from planner.traces.sources import Dialect, Source, open_source, read_error, sql_str
-from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind
+from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind, seconds_sql
 
 ProgressFn = Callable[[float, str], None]
 _SAMPLE_ROWS = 20_000
@@ -61,8 +61,9 @@ def _result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> Inges
 
 
 def _sample(cur, source: Source, expr: str) -> list[str]:
-    rows = cur.sql(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
-                   f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
+    # execute, not sql(): a relation binds its query (sniffing the file again) and then binds it once more to run
+    rows = cur.execute(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
+                       f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
     return [r[0] for r in rows]
 
 
@@ -81,12 +82,13 @@ def _is_float(text: str) -> bool:
 
 @dataclass(frozen=True)
 class _Plan:
-    """The SQL that turns source rows into canonical rows plus a reject reason."""
+    """The SQL that turns source rows into canonical rows plus, for a bad row, its reason and raw text."""
 
     select_sql: str
     units: dict[str, str]
     time_kind: TimeKind | None
     stored: frozenset[str]  # optional canonical fields the data table holds
+    failed_sql: str         # the failed flag over the data table's columns
 
 
 def _label(fld: str, column: str) -> str:
@@ -155,21 +157,28 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
                              f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")
 
     bad_sql = " OR ".join(bad)
-    # only fields the source has are stored (an all-NULL column still costs a write); the view adds the rest
+    # Every stored column costs about a tenth of a bare load's time, all-NULL or not, so the data table holds only
+    # what the view needs: the fields the source has (the view adds the rest as NULL), a failed flag only where a
+    # status takes a test to read (zero output tokens is tested in the view), and one reject column.
     optional = [f"__{fld} AS {fld}" for fld in _OPTIONAL_FIELDS if fld in mapping.columns]
+    stored_failed = status_failed != "false"
     final = [
         *(["__arrival AS arrival_abs"] if time_kind else []),
         # rejected rows keep whatever casts (the view hides them); TRY_CAST keeps NaN/inf from failing the load
         "TRY_CAST(__input_tokens AS BIGINT) AS input_tokens",
         "TRY_CAST(__output_tokens AS BIGINT) AS output_tokens",
         *optional,
-        f"(__output_tokens = 0 OR {status_failed}) AS failed",
-        f"CASE WHEN {bad_sql} THEN concat_ws('; ', {', '.join(reasons)}) END AS reason",
-        f"CASE WHEN {bad_sql} THEN {source.raw_row_sql()} END AS raw",
+        *([f"(__output_tokens = 0 OR {status_failed}) AS failed"] if stored_failed else []),
+        # [reason, raw text] of a bad row, NULL for a good one: a list stores nothing for NULL rows, where a STRUCT
+        # or two text columns store a NULL per row (and cost as much as any other column)
+        f"CASE WHEN {bad_sql} THEN [concat_ws('; ', {', '.join(reasons)}), {source.raw_row_sql()}] END AS reject",
     ]
     # two flat levels: casts, then checks (a third level for a shared "bad" flag costs a third more time)
     select_sql = f"SELECT {', '.join(final)} FROM (SELECT *, {', '.join(parsed)} FROM {source.reader_sql})"
-    return _Plan(select_sql, units, time_kind, frozenset(f for f in _OPTIONAL_FIELDS if f in mapping.columns))
+    # a stored row is a good one: its output_tokens is the parsed count itself
+    failed_sql = "failed" if stored_failed else "output_tokens = 0"
+    return _Plan(select_sql, units, time_kind, frozenset(f for f in _OPTIONAL_FIELDS if f in mapping.columns),
+                 failed_sql)
 
 
 class _ProgressPoller:
@@ -301,17 +310,17 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             structural = _structural_rejects(cur, source)
             time_kind = plan.time_kind
             has_time = time_kind is not None
-            first_arrival = "min(arrival_abs) FILTER (reason IS NULL)" if has_time else "NULL"
+            first_arrival = seconds_sql("min(arrival_abs) FILTER (reject IS NULL)", time_kind) if has_time else "NULL"
             rows, bad, failed, t0, first_rowid = cur.execute(
-                f"SELECT count(*) FILTER (reason IS NULL), count(*) FILTER (reason IS NOT NULL), "
-                f"count(*) FILTER (reason IS NULL AND failed), {first_arrival}, coalesce(min(rowid), 0) FROM {data}"
-            ).fetchall()[0]
+                f"SELECT count(*) FILTER (reject IS NULL), count(*) FILTER (reject IS NOT NULL), "
+                f"count(*) FILTER (reject IS NULL AND {plan.failed_sql}), {first_arrival}, coalesce(min(rowid), 0) "
+                f"FROM {data}").fetchall()[0]
             if structural:
                 cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
                                 [(trace_id, row, raw, reason) for row, raw, reason in structural])
             if bad:
-                cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, raw, reason "
-                            f"FROM {data} WHERE reason IS NOT NULL", {"t": trace_id})
+                cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, reject[2], "
+                            f"reject[1] FROM {data} WHERE reject IS NOT NULL", {"t": trace_id})
             rejected = bad + len(structural)
             if rows == 0:
                 first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
@@ -319,13 +328,13 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
                 raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
                                    "rows with whole, non-negative input and output token counts")
-            arrival = f"arrival_abs - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
+            arrival = f"{seconds_sql('arrival_abs', time_kind)} - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
             optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
                                  for fld, sql_type in _OPTIONAL_FIELDS.items())
             cur.execute(
                 f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
-                f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, failed "
-                f"FROM {data} WHERE reason IS NULL")
+                f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, {plan.failed_sql} AS failed "
+                f"FROM {data} WHERE reject IS NULL")
             if rejected:
                 notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
             trace_name = store.unique_name(cur, name or _stem(source_file or path.name))

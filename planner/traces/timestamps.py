@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from planner.errors import PlannerError
 from planner.traces.layouts import TIME_UNITS
 
-_NUMBER = re.compile(r"^[+-]?(\d+)(?:\.(\d*))?(?:[eE][+-]?\d+)?$")
+# possessive: a digit run never gives digits back (nothing after it can match one), so a datetime fails fast
+_NUMBER = re.compile(r"^[+-]?(\d++)(?:\.(\d*+))?(?:[eE][+-]?\d++)?$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::(\d{2})(?:[.,](\d+))?)?")
 # Smallest epoch (in seconds) we accept as wall-clock: 1973-03-03. Smaller values are relative times.
 _EPOCH_FLOOR_S = 1e8
@@ -74,19 +75,20 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
                         TIME_UNITS.get(declared_unit, 1.0), None)
     numeric = [v for v in values if _NUMBER.match(v)]
     if declared_unit == "datetime" or len(numeric) < len(values) / 2:
-        dt = [_DATETIME.match(v) for v in values]
-        if sum(m is not None for m in dt) < len(values) / 2:
+        dt = [m for m in map(_DATETIME.match, values) if m]
+        if len(dt) < len(values) / 2:
             raise PlannerError(f"cannot read the arrival column: values such as {values[0]!r} are neither numbers "
                                "nor datetimes; expected e.g. '2023-11-16 18:17:03.97', epoch seconds or "
                                "relative seconds (or choose another column with --map arrival=COLUMN)")
-        frac_digits = [len((m.group(2) or "").rstrip("0")) for m in dt if m]
-        if any(frac_digits):
-            resolution = 10.0 ** -max(frac_digits)
-        elif all(m and m.group(1) in (None, "00") for m in dt):
+        frac_digits = max(len((m.group(2) or "").rstrip("0")) for m in dt)
+        if frac_digits:
+            resolution = 10.0 ** -frac_digits
+        elif len(dt) == len(values) and all(m.group(1) in (None, "00") for m in dt):
             resolution = 60.0
         else:
             resolution = 1.0
-        zoned = any(_ZONE.search(v) for v in values)
+        # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position
+        zoned = any(_ZONE.search(v, len(v) - 6) for v in values)
         return TimeKind("datetime", 1.0, resolution, zoned)
 
     magnitudes = [abs(float(v)) for v in numeric]
@@ -106,13 +108,23 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
 
 
 def arrival_sql(value_sql: str, kind: TimeKind) -> str:
-    """SQL turning the text value into seconds (epoch or relative, as the kind says); NULL when unparsable."""
+    """SQL reading the text value as an arrival to store; NULL when unparsable.
+
+    Datetimes stay timestamps (:func:`seconds_sql` turns them into epoch seconds when read): a timestamp column
+    stores and compresses as integers, where epoch seconds with microseconds are doubles that compress poorly.
+    Numbers become seconds, epoch or relative as the kind says.
+    """
     if kind.kind == "datetime":
-        return f"epoch(TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'}))"
+        return f"TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'})"
     # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
     per_second = round(1.0 / kind.seconds_per_unit)
     scale = "" if per_second == 1 else f" / {per_second}.0"
     return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
+
+
+def seconds_sql(arrival: str, kind: TimeKind) -> str:
+    """SQL turning an arrival read by :func:`arrival_sql` into seconds (epoch or relative, as the kind says)."""
+    return f"epoch({arrival})" if kind.kind == "datetime" else arrival
 
 
 def describe_resolution(seconds: float | None) -> str:
@@ -126,4 +138,4 @@ def describe_resolution(seconds: float | None) -> str:
     return f"{seconds:g} s"
 
 
-__all__ = ["TimeKind", "infer_time_kind", "arrival_sql", "describe_resolution"]
+__all__ = ["TimeKind", "infer_time_kind", "arrival_sql", "seconds_sql", "describe_resolution"]
