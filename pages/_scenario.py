@@ -22,6 +22,8 @@ URL = {"bind": "query-params", "persist_state": "page"}
 # drawn by the frame (app.py) above these pages: the scenario on each, the recommendation search on the last two
 SCENARIO_PAGES = ("memory", "simulate", "recommend", "report")
 SEARCH_PAGES = ("recommend", "report")
+# kept for the session too: a page that does not draw them (Overview) drops them from the URL, and the next page that
+# does restores them from the session and writes them back to the URL
 SHARED = {"bind": "query-params", "persist_state": "session"}
 UPLOADED = "uploaded config.json"
 REMEDIES = {"none": {}, "reserve predicted p75": {"reserve_quantile": 0.75},

@@ -211,4 +211,10 @@ def test_no_data_grid_shows_an_empty_cell_as_none(tmp_path, monkeypatch):
             for grid in at.dataframe:
                 seen += 1
                 assert not grid.value.isna().any().any(), (page, view, list(grid.value.columns))
+            if page in ("pages/simulate.py", "pages/recommend.py"):     # 30% of the prompts exceed 8,192
+                assert any("were rejected: their prompts" in w.value for w in at.warning), page
     assert seen >= 10
+    # the report says it too, once built
+    at.switch_page("pages/report.py").run()
+    at.button(key="report_build").click().run()
+    assert not at.exception and any("were rejected: their prompts" in w.value for w in at.warning)
