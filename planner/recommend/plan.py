@@ -124,14 +124,12 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     combos = list(product(options.tp_options or (scenario.tp,), caps, engine.preemption_modes))
     searches, rows_by, skipped = {}, {}, []
     for i, (tp, cap, mode) in enumerate(combos):
+        step = _scaled(progress, i, len(combos), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
         try:
-            option = scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap)
-            option.settings            # a TP degree without room for the KV cache is compared away, not fatal
-        except PlannerError as exc:
+            search = Search(workload, scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap), progress=step)
+        except PlannerError as exc:      # a TP degree vLLM refuses, or without room for the KV cache: compared away
             skipped.append(f"TP {tp}: {exc}")
             continue
-        step = _scaled(progress, i, len(combos), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
-        search = Search(workload, option, progress=step)
         rows_by[(tp, cap, mode)] = recommend(search, classes, peak, options.headroom)
         searches[(tp, cap, mode)] = search
     if not rows_by:

@@ -41,6 +41,7 @@ class Search:
     simulations: int = 0
 
     def __post_init__(self):
+        self.scenario.settings       # raises at once when the scenario leaves no memory for the KV cache
         self.cache: dict[tuple, SimResult] = {}
         self.capacities: dict[tuple, float] = {}
         self.base_rate = arrival_rate_rps(self.workload.arrival_s) or math.inf
