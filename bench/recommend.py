@@ -31,7 +31,7 @@ def main() -> None:
     search.cache.clear()
     search.simulations = 0
     started = time.perf_counter()
-    rows = recommend(search, DEFAULT_CLASSES, peak_rate_rps=6.0)
+    rows = recommend(search, DEFAULT_CLASSES)
     seconds = time.perf_counter() - started
     print(f"{work.n:,} requests, 3 classes: {seconds:.1f} s, {search.simulations} simulations "
           f"({seconds / search.simulations * 1e3:.0f} ms each)")

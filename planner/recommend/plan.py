@@ -5,6 +5,7 @@ class by requests/s per GPU, and optionally each winner's sweeps and diagnosis. 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, replace
 from itertools import product
 from typing import Callable
@@ -12,11 +13,14 @@ from typing import Callable
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.recommend.fleet import GROWTH, RESAMPLES, size_fleet
 from planner.recommend.search import ClassRecommendation, Search, recommend
-from planner.recommend.slo import DEFAULT_CLASSES, SLOClass, parse_slo
+from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, parse_slo
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
 from planner.sim.results import rejection_note
+from planner.sim.routers import DEFAULT_ROUTER, get_router
+from planner.sim.run import check_router, default_router
 from planner.sim.workload import SimWorkload
 from planner.workload.fitting.arrivals import peak_summary
 from planner.workload.rates import arrival_rate_rps
@@ -38,6 +42,15 @@ class RecommendOptions:
         Tensor-parallel degrees to compare by requests/s per GPU; empty: the scenario's TP only.
     max_new_tokens_options : tuple of str
         ``none``, integers or ``pNN`` (a percentile of the trace's outputs) to compare; empty: the scenario's cap.
+    max_queue_s : float
+        Every class's bound on p99 queueing delay (seconds), throughput included.
+    router : str or None
+        The router the fleet figures assume; None: least-loaded (round-robin for an engine whose loop runs one
+        replica).
+    resamples : int
+        Block-bootstrap resamples behind the replica count's confidence (0: none).
+    growth : float
+        The what-if: replicas at the trace's rate × headroom × this.
     """
 
     slos: tuple[str, ...] = ()
@@ -45,10 +58,23 @@ class RecommendOptions:
     tp_options: tuple[int, ...] = ()
     max_new_tokens_options: tuple[str, ...] = ()
     details: bool = False
+    max_queue_s: float = MAX_QUEUE_S
+    router: str | None = None
+    resamples: int = RESAMPLES
+    growth: float = GROWTH
 
     def __post_init__(self) -> None:
         if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom) and self.headroom >= 1):
-            raise PlannerError(f"--headroom {self.headroom!r}: expected a factor of at least 1 on the peak rate")
+            raise PlannerError(f"--headroom {self.headroom!r}: expected a factor of at least 1 on the trace's rate")
+        if not (isinstance(self.max_queue_s, (int, float)) and math.isfinite(self.max_queue_s)
+                and self.max_queue_s > 0):
+            raise PlannerError(f"--max-queue-s {self.max_queue_s!r}: expected a positive number of seconds")
+        if not (isinstance(self.growth, (int, float)) and math.isfinite(self.growth) and self.growth >= 1):
+            raise PlannerError(f"--growth {self.growth!r}: expected a factor of at least 1 on the traffic")
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) or not 0 <= self.resamples <= 1000:
+            raise PlannerError(f"--resamples {self.resamples!r}: expected a whole number from 0 to 1,000")
+        if self.router is not None:
+            get_router(self.router)
         for tp in self.tp_options:
             if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
                 raise PlannerError(f"--tp-search {tp!r}: expected positive integers such as 1,2,4")
@@ -73,10 +99,14 @@ class Recommendation:
     rejected_too_long: int = 0
     requests: int = 0
     rejection_note: str | None = None
+    router: str = DEFAULT_ROUTER
+    headroom: float = 1.0
+    max_queue_s: float = MAX_QUEUE_S
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("model", "gpu", "tp", "engine", "peak_rate_rps", "trace_rate_rps",
-                                             "simulations", "skipped", "rejected_too_long", "rejection_note")}
+                                             "simulations", "skipped", "rejected_too_long", "rejection_note",
+                                             "router", "headroom", "max_queue_s")}
         out["classes"] = [c.to_dict() for c in self.classes]
         return out
 
@@ -114,6 +144,9 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     """
     classes = slo_classes(options.slos)
     engine = get_engine(scenario.engine)
+    router = options.router or default_router(engine.name)
+    check_router(engine.name, router)
+    options = replace(options, router=router)
     rate = arrival_rate_rps(workload.arrival_s)
     if rate is None:
         raise PlannerError("the trace needs at least two distinct arrival times to be replayed at a rate")
@@ -124,13 +157,14 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     combos = list(product(options.tp_options or (scenario.tp,), caps, engine.preemption_modes))
     searches, rows_by, skipped = {}, {}, []
     for i, (tp, cap, mode) in enumerate(combos):
-        step = _scaled(progress, i, len(combos), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
+        step = _scaled(progress, i, len(combos) + len(classes), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
         try:
-            search = Search(workload, scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap), progress=step)
+            search = Search(workload, scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap), progress=step,
+                            max_queue_s=options.max_queue_s)
         except PlannerError as exc:      # a TP degree vLLM refuses, or without room for the KV cache: compared away
             skipped.append(f"TP {tp}: {exc}")
             continue
-        rows_by[(tp, cap, mode)] = recommend(search, classes, peak, options.headroom)
+        rows_by[(tp, cap, mode)] = recommend(search, classes)
         searches[(tp, cap, mode)] = search
     if not rows_by:
         raise PlannerError(f"{scenario.model.name} fits no option on {scenario.gpu.label}: " + "; ".join(skipped))
@@ -148,6 +182,8 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
                       truncated_share=float(np.mean(workload.output_tokens > cap)) if cap else 0.0,
                       compared=[{"tp": c[0], "max_new_tokens": c[1], "preemption_mode": c[2],
                                  "qps_per_gpu": rows[i].qps_per_gpu} for c, rows in rows_by.items()])
+        row = _with_fleet(row, searches[best], slo, options, _scaled(progress, len(combos) + i, len(combos)
+                                                                      + len(classes), f"{slo.name}: fleet "))
         if options.details:
             from planner.recommend.diagnosis import class_details
 
@@ -157,9 +193,39 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     return Recommendation(
         model=scenario.model.name, gpu=scenario.gpu.name, tp=scenario.tp, engine=engine.name, peak_rate_rps=peak,
         trace_rate_rps=rate, simulations=sum(s.simulations for s in searches.values()), skipped=skipped,
-        classes=out, rejected_too_long=too_long, requests=workload.n,
+        classes=out, rejected_too_long=too_long, requests=workload.n, router=options.router,
+        headroom=options.headroom, max_queue_s=options.max_queue_s,
         rejection_note=rejection_note(workload.n, too_long, int(workload.input_tokens.max()),
                                       scenario.max_model_len, scenario.model.max_position))
+
+
+def _with_fleet(row: ClassRecommendation, search: Search, slo: SLOClass, options: RecommendOptions,
+                progress) -> ClassRecommendation:
+    """The class row with its fleet sized by simulation (:func:`planner.recommend.fleet.size_fleet`) behind the
+    options' router, and what that fleet costs."""
+    if not row.feasible:
+        return replace(row, router=options.router)
+    if progress:
+        progress(0.0, f"sizing the fleet behind {options.router}")
+    cfg = row.config
+    scenario = search.config(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"])
+
+    def counted():
+        with _COUNT_LOCK:
+            search.simulations += 1
+    fleet = size_fleet(search.workload, scenario, slo, row.max_qps_per_replica, router=options.router,
+                       headroom=options.headroom, max_queue_s=options.max_queue_s, resamples=options.resamples,
+                       growth=options.growth, counter=counted)
+    if progress:
+        progress(1.0, f"{fleet.replicas} replicas")
+    replicas = fleet.replicas
+    price = scenario.price_per_replica_hour
+    return replace(row, router=options.router, fleet=fleet, replicas_for_peak=replicas,
+                   gpus=replicas * scenario.tp if replicas else None,
+                   cost_per_hour=price * replicas if replicas else None)
+
+
+_COUNT_LOCK = threading.Lock()
 
 
 def _scaled(progress, index: int, count: int, prefix: str):

@@ -12,14 +12,18 @@ the point ``simulate`` gives with the same flags.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
-from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_P99_S, SLOClass, meets, slo_load
+from planner.recommend.fleet import FleetSizing
+from planner.recommend.parallel import Memo, parallel_map
+from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, meets, slo_load
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
+from planner.sim.fleet import ONE, Fleet
 from planner.sim.results import SimResult
 from planner.sim.run import simulate
 from planner.sim.workload import SimWorkload
@@ -39,11 +43,13 @@ class Search:
     scenario: Scenario
     progress: Callable[[float, str], None] | None = None
     simulations: int = 0
+    max_queue_s: float = MAX_QUEUE_S
 
     def __post_init__(self):
         self.scenario.settings       # raises at once when the scenario leaves no memory for the KV cache
-        self.cache: dict[tuple, SimResult] = {}
-        self.capacities: dict[tuple, float] = {}
+        self.cache = Memo()           # (configuration, scale) -> SimResult; threads of one search share it
+        self.capacities = Memo()
+        self._count = threading.Lock()
         self.base_rate = arrival_rate_rps(self.workload.arrival_s) or math.inf
 
     def config(self, seqs: int, budget: int, chunked: bool = True) -> Scenario:
@@ -51,41 +57,41 @@ class Search:
         return self.scenario.replace(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
 
     def run(self, seqs: int, budget: int, scale: float, chunked: bool = True) -> SimResult:
-        key = (seqs, budget, chunked, round(scale, 6))
-        if key not in self.cache:
+        """The replay of this configuration at this time scale (computed once, from any thread)."""
+        def compute() -> SimResult:
             work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
-            # a request waiting past the queueing bound already fails every class: stop that replay there
-            self.cache[key] = self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=MAX_QUEUE_P99_S * 20)
-        return self.cache[key]
+            # a request waiting 20× the queueing bound already fails every class: stop that replay there
+            return self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=self.max_queue_s * 20)
+        return self.cache.get((seqs, budget, chunked, round(scale, 6)), compute)
 
-    def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf) -> SimResult:
-        """One simulation of a variation of this search's scenario, counted."""
-        self.simulations += 1
-        return simulate(work, scenario, abort_wait_s=abort_wait_s)
+    def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf,
+               fleet: Fleet = ONE) -> SimResult:
+        """One simulation of a variation of this search's scenario, counted (from any thread)."""
+        with self._count:
+            self.simulations += 1
+        return simulate(work, scenario, fleet=fleet, abort_wait_s=abort_wait_s)
 
     def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
         """An upper bound on the sustainable scale: the completion rate with every request queued at once
         (one replay per configuration, remembered)."""
-        key = (seqs, budget, chunked)
-        if key not in self.capacities:
+        def compute() -> float:
             work = replace(self.workload, arrival_s=np.zeros(self.workload.n))
-            result = self.replay(work, self.config(seqs, budget, chunked))
-            duration = result.duration_s
-            self.capacities[key] = (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
-        return self.capacities[key]
+            duration = self.replay(work, self.config(seqs, budget, chunked)).duration_s
+            return (self.workload.n / duration) / self.base_rate * 1.2 if duration > 0 else 1.0
+        return self.capacities.get((seqs, budget, chunked), compute)
 
     def max_scale(self, seqs: int, budget: int, chunked: bool, slo: SLOClass,
                   hi: float) -> tuple[float, SimResult | None]:
         """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds, by bisection in log."""
         lo_scale = hi / 64
-        if not meets(self.run(seqs, budget, lo_scale, chunked), slo):
+        if not meets(self.run(seqs, budget, lo_scale, chunked), slo, self.max_queue_s):
             return 0.0, None
-        if meets(self.run(seqs, budget, hi, chunked), slo):
+        if meets(self.run(seqs, budget, hi, chunked), slo, self.max_queue_s):
             return hi, self.run(seqs, budget, hi, chunked)
         lo, top = math.log(lo_scale), math.log(hi)
         for _ in range(BISECTION_STEPS):
             mid = (lo + top) / 2
-            if meets(self.run(seqs, budget, math.exp(mid), chunked), slo):
+            if meets(self.run(seqs, budget, math.exp(mid), chunked), slo, self.max_queue_s):
                 lo = mid
             else:
                 top = mid
@@ -121,16 +127,20 @@ class ClassRecommendation:
     truncated_share: float = 0.0
     compared: list[dict] = field(default_factory=list)
     details: dict | None = None
+    verdict: str = "stable"
+    queue_ms: dict = field(default_factory=lambda: {"p99": 0.0})
+    router: str | None = None
+    fleet: FleetSizing | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out["fleet"] = self.fleet.to_dict() if self.fleet else None
         if self.details is None:
             del out["details"]
         return out
 
 
-def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | None = None,
-              headroom: float = 1.0, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
+def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budget_grid=BUDGET_GRID,
               chunked_off: bool = True, refine: bool = True) -> list[ClassRecommendation]:
     """For each SLO class, the configuration with the highest sustainable rate, and what it implies: the grid
     first (best-capacity configurations first, so weaker ones are cut by their capacity bound), then, with
@@ -149,20 +159,16 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
         configs += whole_prompts if chunked_off else []
     else:
         configs = whole_prompts
-    caps = {}
-    for i, (s, b, c) in enumerate(configs):
-        caps[(s, b, c)] = search.capacity_scale(s, b, c)      # memoized: evaluate() asks again for free
-        if search.progress:
-            search.progress(0.2 * (i + 1) / len(configs), f"capacity of max_num_seqs {s}, budget {b}")
-    out = []
+    progress = search.progress
+    caps = dict(zip(configs, parallel_map(lambda c, report: search.capacity_scale(*c), configs,
+                                          _span(progress, 0.0, 0.2, "capacity bounds")), strict=True))
     by_capacity = sorted(configs, key=lambda c: -caps[c])
-    for ci, slo in enumerate(classes):
+
+    def one_class(slo: SLOClass, report) -> ClassRecommendation:
         grid: list[dict] = []
         for i, (s, b, c) in enumerate(by_capacity):
             _evaluate(search, slo, grid, s, b, c)
-            if search.progress:
-                done = 0.2 + 0.8 * (ci + (i + 1) / len(configs)) / len(classes)
-                search.progress(done, f"{slo.name}: max_num_seqs {s}, budget {b}")
+            report((i + 1) / len(configs), f"{slo.name}: max_num_seqs {s}, budget {b}")
         # coarse to fine: halfway (geometrically) to the winner's grid neighbours on each axis
         if refine and _best_scale(grid) > 0:
             top = max((g for g in grid if not g["pruned"]), key=lambda g: g["max_qps"])
@@ -171,8 +177,17 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, peak_rate_rps: float | No
             finer += [(s, b2, c) for b2 in _midpoints(b, budget_grid, 256) if c and b2 >= s]
             for s2, b2, c2 in finer:
                 _evaluate(search, slo, grid, s2, b2, c2)
-        out.append(_class_report(search, slo, grid, peak_rate_rps, headroom))
-    return out
+        return _class_report(search, slo, grid)
+
+    # the classes search on both cores; they share replays through the search's compute-once cache
+    return parallel_map(one_class, classes, _span(progress, 0.2, 1.0, ""))
+
+
+def _span(progress, lo: float, hi: float, prefix: str):
+    """``progress`` mapped onto ``[lo, hi]``."""
+    if progress is None:
+        return None
+    return lambda f, msg: progress(lo + (hi - lo) * f, f"{prefix}{': ' if prefix and msg else ''}{msg}")
 
 
 def _best_scale(grid: list[dict]) -> float:
@@ -206,8 +221,7 @@ def _midpoints(value: int, grid: tuple[int, ...], step: int) -> list[int]:
     return out
 
 
-def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float | None,
-                  headroom: float) -> ClassRecommendation:
+def _class_report(search: Search, slo: SLOClass, grid: list[dict]) -> ClassRecommendation:
     evaluated = [g for g in grid if not g["pruned"]]
     top = max(g["max_qps"] for g in evaluated)
     # rates within NEAR_BEST of the best are ties (the bisection resolves ~3%); the class's intent breaks them
@@ -238,19 +252,21 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict], peak: float |
     cfg = {**{k: best[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill")},
            "preemption_mode": scenario.preemption}
     qps = best["max_qps"]
-    replicas = math.ceil(peak * headroom / qps) if feasible and peak else None
     out_tok_s = result.output_rate_tok_s() if result else 0.0
     price = scenario.price_per_replica_hour
+    # the replica count comes from simulating the fleet (planner.recommend.fleet), which the plan adds
     return ClassRecommendation(
         name=slo.name, slo=slo.as_dict(), feasible=feasible, config=cfg, max_qps_per_replica=qps,
-        replicas_for_peak=replicas, gpus=replicas * scenario.tp if replicas else None,
+        replicas_for_peak=None, gpus=None,
         predicted={f"{m}_ms": {"p50": result.metric_ms(m, 50), "p99": result.metric_ms(m, 99)}
                    for m in ("ttft", "tpot", "e2e")} if result else None,
-        throughput_tok_s=out_tok_s, cost_per_hour=price * replicas if replicas else None,
+        throughput_tok_s=out_tok_s, cost_per_hour=None,
         cost_per_million_output_tokens=price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
         **launch(cfg, scenario), scale=best.get("scale", 0.0),
         grid=[{k: v for k, v in g.items() if k != "result"} for g in grid], tp=scenario.tp,
-        max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp)
+        max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp,
+        verdict=result.verdict if result else "overloaded",
+        queue_ms={"p99": result.queue_p99_s() * 1e3 if result else math.inf})
 
 
 def _capacity_floor(search: Search, g: dict) -> float:

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.sim.results import SimResult, saturated
+from planner.sim.results import SimResult
 
-MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99), whatever the class
-
-
-MAX_QUEUE_P99_S = 30.0      # sustainable means requests start within this (p99), whatever the class
+# sustainable means requests start within this (p99), whatever the class: Vidur's capacity search bounds the p99
+# scheduling delay at 5 s (--scheduling-delay-slo-value 5.0; reference/prefix-cache-and-routing.md §4.2)
+MAX_QUEUE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -99,15 +98,23 @@ def slo_load(result: SimResult, slo: SLOClass) -> float:
     return result.metric_ms(slo.metric, slo.percentile) / slo.limit_ms
 
 
-def meets(result: SimResult, slo: SLOClass) -> bool:
-    """Every request completed, the queue stayed bounded (not saturated; for latency classes also p99 queueing
-    ≤ ``MAX_QUEUE_P99_S``: a replay of a finite trace always drains eventually, so a surge that builds minutes of
-    backlog is not "sustainable"), and the class's bound holds (:func:`slo_load` ≤ 1)."""
+def holds(result: SimResult, max_queue_s: float = MAX_QUEUE_S) -> str | None:
+    """Why a replay is not a sustainable operating point whatever the class, or None when it is: every request
+    completed, the verdict is ``stable`` and p99 queueing stays within ``max_queue_s`` (a replay of a finite trace
+    always drains eventually, so a surge that builds a backlog is not "sustainable")."""
     # requests the engine rejects up front (prompt ≥ max_model_len) are not the configuration's failure
-    if (np.isnan(result.finish) & ~result.rejected).any() or saturated(result):
-        return False
-    queue = result.queue_s[np.isfinite(result.queue_s)]
-    if slo.bounded and queue.size and np.percentile(queue, 99) > MAX_QUEUE_P99_S:
+    if (np.isnan(result.finish) & ~result.rejected).any():
+        return "requests left unfinished"
+    if result.verdict != "stable":
+        return f"queue {result.verdict}"
+    if result.queue_p99_s() > max_queue_s:
+        return f"queue p99 {result.queue_p99_s():.1f} s > {max_queue_s:g} s"
+    return None
+
+
+def meets(result: SimResult, slo: SLOClass, max_queue_s: float = MAX_QUEUE_S) -> bool:
+    """The replay :func:`holds` (stable queue, p99 queueing within ``max_queue_s``) and the class's bound holds
+    (:func:`slo_load` ≤ 1)."""
+    if holds(result, max_queue_s) is not None:
         return False
     return not slo.bounded or slo_load(result, slo) <= 1.0
-

@@ -61,18 +61,48 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     return timeline, rows + 1
 
 
+ROUND_ROBIN, LEAST_LOADED, PREFIX_AWARE = 0, 1, 2     # router codes (planner.sim.routers names them)
+
+
+@numba.njit(cache=True, nogil=True)
+def route(router, r, replicas, load, group, home, stick_tokens, turn):
+    """The replica request ``r`` goes to, from the router-local state: round-robin by arrival order; least-loaded
+    by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware sends a group (session, shared
+    prefix) back to its replica unless that one holds more than twice the least load plus ``stick_tokens``."""
+    if router == ROUND_ROBIN or replicas == 1:
+        return r % replicas
+    best = turn % replicas
+    for step in range(1, replicas):
+        j = (turn + step) % replicas
+        if load[j] < load[best]:
+            best = j
+    if router == PREFIX_AWARE and group[r] >= 0:
+        g = group[r]
+        if home[g] >= 0 and load[home[g]] <= 2 * load[best] + stick_tokens:
+            return home[g]
+        home[g] = best
+    return best
+
+
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
-                    chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s=np.inf):
-    """Run the trace; returns per-request times and counters plus a sampled timeline.
+                    chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
+                    n_groups, stick_tokens):
+    """Run the trace on ``replicas`` copies of one engine behind ``router``, on one clock; returns per-request
+    times and counters plus a sampled timeline.
+
+    The next event is the earlier of the next arrival (routed on the replicas' state at that moment) and the end
+    of the step of the busy replica whose clock is earliest; a replica's step starts once every request that
+    arrived by then is routed. With one replica this is the single engine's loop, step for step.
 
     Returns
     -------
     tuple
-        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free`` where
-        timeline rows are ``(time_s, running, waiting, blocks_used, step_s, bound)`` every ``log_every`` steps.
-        With a finite ``abort_wait_s`` the run stops once the oldest waiting request has waited longer; the
-        requests not finished by then keep NaN times.
+        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free, replica``
+        where timeline rows are the fleet's ``(time_s, running, waiting, blocks_used, step_s, bound)`` every
+        ``log_every`` steps and ``free`` sums the replicas' free blocks at the end. With a finite
+        ``abort_wait_s`` the run stops once a replica's oldest waiting request has waited longer; the requests not
+        finished by then keep NaN times.
     """
     n = arrival.shape[0]
     first_token = np.full(n, np.nan)
@@ -83,23 +113,43 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     computed = np.zeros(n, np.int64)
     generated = np.zeros(n, np.int64)
     blocks = np.zeros(n, np.int64)
-    queue = np.empty(n + 1, np.int64)          # ring buffer: preempted requests return to the front
-    head, size = 0, 0
-    running = np.empty(n, np.int64)
-    run_count = 0
+    replica = np.zeros(n, np.int64)
+    ring = n + 1
+    queues = np.empty((replicas, ring), np.int64)   # ring buffers: preempted requests return to the front
+    heads = np.zeros(replicas, np.int64)
+    sizes = np.zeros(replicas, np.int64)
+    runs = np.empty((replicas, min(n, max_num_seqs) + 1), np.int64)
+    counts = np.zeros(replicas, np.int64)
+    frees = np.full(replicas, num_blocks, np.int64)
+    clocks = np.zeros(replicas)
+    load = np.zeros(replicas, np.int64)      # outstanding tokens: prompt left to compute plus output left
+    home = np.full(max(n_groups, 1), -1, np.int64)
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
     sched_ctx = np.empty(max_num_seqs + 1, np.int64)
     timeline = np.empty((1024, 6))
     rows = 0
-    free = num_blocks
-    t = 0.0
-    next_arrival, done, steps = 0, 0, 0
+    next_arrival, done, steps, turn = 0, 0, 0, 0
     while done < n:
-        size, next_arrival = enqueue_arrivals(arrival, queue, head, size, next_arrival, t)
-        if run_count == 0 and size == 0:
-            t = arrival[next_arrival]
+        k = -1
+        for j in range(replicas):
+            if (counts[j] > 0 or sizes[j] > 0) and (k < 0 or clocks[j] < clocks[k]):
+                k = j
+        if next_arrival < n and (k < 0 or arrival[next_arrival] <= clocks[k]):
+            r = next_arrival
+            j = route(router, r, replicas, load, group, home, stick_tokens, turn)
+            turn = j + 1
+            replica[r] = j
+            if counts[j] == 0 and sizes[j] == 0 and clocks[j] < arrival[r]:
+                clocks[j] = arrival[r]        # an idle replica wakes at the arrival
+            queues[j, (heads[j] + sizes[j]) % ring] = r
+            sizes[j] += 1
+            load[j] += prompt[r] + output[r]
+            next_arrival += 1
             continue
+        queue = queues[k]
+        running = runs[k]
+        head, size, run_count, free, t = heads[k], sizes[k], counts[k], frees[k], clocks[k]
         if size > 0 and t - arrival[queue[head]] > abort_wait_s:
             break      # a caller that only needs to know the queue blew past a bound stops here
         budget = token_budget
@@ -125,8 +175,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     # everything it generated as its new prompt (recomputed on re-admission)
                     free += blocks[r]
                     blocks[r] = 0
+                    load[k] += computed[r]
                     computed[r] = 0
-                    queue[(head + size) % (n + 1)] = r
+                    queue[(head + size) % ring] = r
                     size += 1
                     preemptions[r] += 1
                     for j in range(i, run_count - 1):
@@ -139,9 +190,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 victim = running[run_count]
                 free += blocks[victim]
                 blocks[victim] = 0
+                load[k] += computed[victim]
                 computed[victim] = 0
                 preemptions[victim] += 1
-                head = (head - 1) % (n + 1)
+                head = (head - 1) % ring
                 queue[head] = victim
                 size += 1
                 preempted = True
@@ -164,7 +216,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 if by_key:      # length-aware priority: the smallest key waiting goes first
                     best = head
                     for j in range(1, size):
-                        q = (head + j) % (n + 1)
+                        q = (head + j) % ring
                         if key[queue[q]] < key[queue[best]]:
                             best = q
                     queue[head], queue[best] = queue[best], queue[head]
@@ -184,7 +236,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                         need = reserved
                 if need > free:
                     break
-                head = (head + 1) % (n + 1)
+                head = (head + 1) % ring
                 size -= 1
                 blocks[r] = need
                 free -= need
@@ -201,18 +253,20 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             if run_count == 0 and size > 0:
                 # the head needs more blocks than the whole pool: it can never run (vLLM would livelock)
                 r = queue[head]
-                head = (head + 1) % (n + 1)
+                head = (head + 1) % ring
                 size -= 1
                 rejected[r] = True
+                load[k] -= prompt[r] + output[r]
                 done += 1
+                heads[k], sizes[k], counts[k], frees[k] = head, size, run_count, free
                 continue
             raise RuntimeError("no request could be scheduled while some are running")
         prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0
         for j in range(ns):
-            r, new, k = sched_req[j], sched_tok[j], sched_ctx[j]
-            pairs += new * k + new * (new + 1) / 2
-            context += k
-            if new == 1 and generated[r] > 0 and k == prompt[r] + generated[r] - 1:
+            r, new, c = sched_req[j], sched_tok[j], sched_ctx[j]
+            pairs += new * c + new * (new + 1) / 2
+            context += c
+            if new == 1 and generated[r] > 0 and c == prompt[r] + generated[r] - 1:
                 decodes += 1.0
             else:
                 prefill_tokens += new
@@ -223,6 +277,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         for j in range(ns):
             r = sched_req[j]
             computed[r] += sched_tok[j]
+            load[k] -= sched_tok[j]
             if computed[r] == prompt[r] + generated[r]:
                 generated[r] += 1
                 if generated[r] == 1:
@@ -231,6 +286,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     finish[r] = t
                     free += blocks[r]
                     blocks[r] = 0
+                    load[k] -= 1          # the last token is sampled, never fed back
                     done += 1
                     finished_any = True
         if finished_any:
@@ -240,6 +296,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     running[kept] = running[j]
                     kept += 1
             run_count = kept
+        heads[k], sizes[k], counts[k], frees[k], clocks[k] = head, size, run_count, free, t
         if steps % log_every == 0:
-            timeline, rows = log_step(timeline, rows, t, run_count, size, num_blocks - free, dt, bound)
-    return first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated, free
+            timeline, rows = log_step(timeline, rows, t, counts.sum(), sizes.sum(),
+                                      replicas * num_blocks - frees.sum(), dt, bound)
+    return (first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated,
+            frees.sum(), replica)

@@ -127,4 +127,5 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
                     finished += 1
     return RawRun(np.array([r.first_token for r in requests]), np.array([r.finish for r in requests]),
                   np.array([r.first_scheduled for r in requests]), np.array([r.preemptions for r in requests]),
-                  rejected, steps, np.empty((0, 6)), np.array([r.generated for r in requests]), free)
+                  rejected, steps, np.empty((0, 6)), np.array([r.generated for r in requests]), free,
+                  np.zeros(len(requests), np.int64))

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.sim.fleet import ONE, Fleet
+from planner.sim.stability import verdict
 from planner.sim.workload import SimWorkload
 from planner.tables import Table
 
@@ -43,6 +45,19 @@ class SimResult:
     sim_wall_s: float
     generated: np.ndarray
     free_blocks_at_end: int
+    replica: np.ndarray | None = None     # the replica each request went to (-1: rejected up front)
+    fleet: Fleet = ONE
+
+    @property
+    def verdict(self) -> str:
+        """``stable``, ``backlogged`` or ``overloaded`` (:mod:`planner.sim.stability`)."""
+        return verdict(self.workload.arrival_s, self.first_scheduled, self.rejected)
+
+    def queue_p99_s(self) -> float:
+        """p99 queueing delay (arrival to first scheduled) in seconds; a request never scheduled (a search's
+        abort) counts as waiting forever."""
+        queue = self.queue_s[~self.rejected]
+        return float(np.percentile(np.where(np.isnan(queue), np.inf, queue), 99)) if queue.size else 0.0
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -135,6 +150,23 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class ReplicaSummary:
+    """One replica of a fleet: its requests and their latencies."""
+
+    replica: int
+    requests: int
+    ttft_ms: Percentiles
+    tpot_ms: Percentiles
+    queue_ms: Percentiles
+    prefix_cache: dict
+
+    def to_dict(self) -> dict:
+        return {"replica": self.replica, "requests": self.requests, "ttft_ms": self.ttft_ms.to_dict(),
+                "tpot_ms": self.tpot_ms.to_dict(), "queue_ms": self.queue_ms.to_dict(),
+                "prefix_cache": self.prefix_cache}
+
+
+@dataclass(frozen=True)
 class SimulationSummary:
     """One replay, summarized: the ``simulate`` CLI object's fields (CONTRACT.md) and what the pages draw.
 
@@ -165,6 +197,11 @@ class SimulationSummary:
     settings: dict
     per_input_bucket: list[BucketLatency]
     timeline: Timeline
+    replicas: int = 1
+    router: str = ONE.router
+    verdict: str = "stable"
+    prefix_cache: dict = field(default_factory=lambda: prefix_cache_stats(0))
+    per_replica: list[ReplicaSummary] = field(default_factory=list)
 
     @property
     def rejection_note(self) -> str | None:
@@ -187,10 +224,17 @@ class SimulationSummary:
                                           "TPOT p99 ms"], rows)
 
     def throughput_table(self) -> Table:
-        """Tokens and requests per second, preemptions and whether the queue ran away."""
+        """Tokens and requests per second, preemptions and the queue's verdict."""
         t = self.throughput_tok_s
-        return Table("Throughput", ["input tok/s", "output tok/s", "requests/s", "preemptions", "saturated"],
-                     [[t["input"], t["output"], self.request_rate_rps, self.preemptions, self.saturated]])
+        return Table("Throughput", ["input tok/s", "output tok/s", "requests/s", "preemptions", "queue"],
+                     [[t["input"], t["output"], self.request_rate_rps, self.preemptions, self.verdict]])
+
+    def replica_table(self) -> Table:
+        """Each replica's share of the requests and its TTFT/TPOT/queueing p50 and p99."""
+        rows = [[r.replica + 1, r.requests, r.ttft_ms.p50, r.ttft_ms.p99, r.tpot_ms.p50, r.tpot_ms.p99,
+                 r.queue_ms.p99] for r in self.per_replica]
+        return Table(f"Per replica ({self.router})", ["replica", "requests", "TTFT p50 ms", "TTFT p99 ms",
+                                                     "TPOT p50 ms", "TPOT p99 ms", "queue p99 ms"], rows)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("engine", "workload", "requests", "completed", "rejected",
@@ -199,6 +243,8 @@ class SimulationSummary:
         out.update({k: getattr(self, k) for k in ("throughput_tok_s", "request_rate_rps", "preemptions",
                                                   "duration_s", "sim_wall_s", "steps", "saturated", "settings")})
         out["rejection_note"] = self.rejection_note
+        out.update(replicas=self.replicas, router=self.router, verdict=self.verdict, prefix_cache=self.prefix_cache,
+                   per_replica=[r.to_dict() for r in self.per_replica])
         out["per_input_bucket"] = [b.to_dict() for b in self.per_input_bucket]
         out["timeline"] = self.timeline.to_dict()
         return out
@@ -216,18 +262,25 @@ def rejection_note(requests: int, too_long: int, longest_prompt: int, max_model_
             f"requests. The latencies cover the rest; to serve them, {fix}.")
 
 
-def saturated(result: SimResult) -> bool:
-    """The queue grows without bound: over the second half of the arrivals, queueing delay keeps rising with
-    arrival time (by more than 0.1 s per second: the server falls ≥ 10% behind) and ends above a second."""
-    w = result.workload
-    half = w.arrival_s >= w.arrival_s[0] + 0.5 * (w.arrival_s[-1] - w.arrival_s[0])
-    queue = result.queue_s[half]
-    t = w.arrival_s[half]
-    ok = np.isfinite(queue)
-    if ok.sum() < 20 or np.ptp(t[ok]) <= 0:
-        return False
-    slope = np.polyfit(t[ok], queue[ok], 1)[0]
-    return bool(slope > 0.1 and np.nanmean(queue[-max(1, queue.size // 10):]) > 1.0)
+def prefix_cache_stats(prompt_tokens: int, hit_tokens: int = 0) -> dict:
+    """The ``prefix_cache`` object (CONTRACT.md Additions): prompt tokens served from the cache over all prompt
+    tokens of completed requests. No engine caches prefixes yet, so hits are 0."""
+    return {"hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0, "hit_tokens": int(hit_tokens),
+            "prompt_tokens": int(prompt_tokens)}
+
+
+def per_replica(result: SimResult) -> list[ReplicaSummary]:
+    """Each replica's requests and latencies (empty for a single replica, whose figures are the fleet's)."""
+    if result.fleet.replicas == 1:
+        return []
+    out = []
+    for k in range(result.fleet.replicas):
+        mine = result.replica == k
+        done = mine & result.completed
+        out.append(ReplicaSummary(k, int(mine.sum()), Percentiles.of(result.ttft_s[mine]),
+                                  Percentiles.of(result.tpot_s[mine]), Percentiles.of(result.queue_s[mine]),
+                                  prefix_cache_stats(int(result.workload.input_tokens[done].sum()))))
+    return out
 
 
 def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> SimulationSummary:
@@ -259,8 +312,9 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
                           "total": (tokens_in + tokens_out) / duration if duration else 0.0},
         request_rate_rps=float(done.sum() / duration) if duration else 0.0,
         preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
-        steps=result.steps, saturated=saturated(result), settings=asdict(scenario.settings),
-        per_input_bucket=per_bucket,
+        steps=result.steps, saturated=result.verdict == "overloaded", settings=asdict(scenario.settings),
+        per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
+        verdict=result.verdict, prefix_cache=prefix_cache_stats(int(tokens_in)), per_replica=per_replica(result),
         timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
                           timeline[:, 3].tolist(), (timeline[:, 4] * 1e3).tolist()))
 

@@ -1,4 +1,5 @@
-"""simulate(): a pure function of (workload, scenario) → per-request results (deterministic for a given input)."""
+"""simulate(): a pure function of (workload, scenario, fleet) → per-request results (deterministic for a given
+input)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,31 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from planner.sim.engines import get_engine
+from planner.errors import PlannerError
+from planner.sim.engines import ENGINES, get_engine
+from planner.sim.engines.base import FleetSpec, RawRun
+from planner.sim.fleet import ONE, Fleet
 from planner.sim.results import SimResult
+from planner.sim.routers import DEFAULT_ROUTER, get_router
 from planner.sim.workload import SimWorkload
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
 
 
-def simulate(workload: SimWorkload, scenario: Scenario, *, abort_wait_s: float = float("inf"),
+def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, abort_wait_s: float = float("inf"),
              progress: Callable[[float, str], None] | None = None) -> SimResult:
-    """Replay ``workload`` through the scenario's engine on its GPUs, with its memory plan and cost model.
+    """Replay ``workload`` through ``fleet.replicas`` copies of the scenario's engine behind ``fleet.router``, each
+    on the scenario's GPUs with its memory plan and cost model, on one clock.
 
     Outputs are cut at ``max_new_tokens`` and at ``max_model_len − prompt``; a prompt that does not fit
     ``max_model_len`` is rejected, as vLLM rejects it. ``abort_wait_s`` lets the vllm-v1 loop stop once a request
     has waited that long (a search's pruning: such a run already fails every class).
     """
     eng = get_engine(scenario.engine)
+    router = get_router(fleet.router)
+    if fleet.replicas > 1:
+        check_router(eng.name, router.name)
     settings = scenario.settings
     if abort_wait_s != settings.abort_wait_s:
         settings = replace(settings, abort_wait_s=abort_wait_s)
@@ -34,10 +43,18 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, abort_wait_s: float =
     too_long = prompt >= settings.max_model_len
     coeffs = scenario.coefficients.as_tuple()
     if progress:
-        progress(0.0, f"simulating {work.n:,} requests with {eng.label}")
+        progress(0.0, f"simulating {work.n:,} requests with {eng.label}"
+                      + (f" on {fleet.replicas} replicas ({router.name})" if fleet.replicas > 1 else ""))
     started = time.perf_counter()
     keep = ~too_long
-    raw = eng.run(work.arrival_s[keep], prompt[keep], output[keep], settings, coeffs, max(1, work.n // 200))
+    log_every = max(1, work.n // 200)
+    args = (work.arrival_s[keep], prompt[keep], output[keep], settings, coeffs, log_every)
+    if eng.fleet_loop:
+        group = work.group[keep] if work.group is not None else np.full(int(keep.sum()), -1, np.int64)
+        spec = FleetSpec(fleet.replicas, router.code, group, int(group.max(initial=-1)) + 1)
+        raw = eng.run(*args, spec)
+    else:
+        raw = _round_robin(eng, args, fleet.replicas)
     wall = time.perf_counter() - started
     if progress:
         progress(1.0, f"{raw.steps:,} steps in {wall:.2f} s")
@@ -48,7 +65,40 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, abort_wait_s: float =
         return out
     rejected = full(raw.rejected, True)
     rejected[too_long] = True
-    final = SimWorkload(work.arrival_s, prompt, output, work.source)
+    final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group)
     return SimResult(scenario, final, full(raw.first_token, np.nan), full(raw.finish, np.nan),
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, too_long, raw.steps,
-                     raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end)
+                     raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end, full(raw.replica, -1),
+                     fleet)
+
+
+def default_router(engine: str) -> str:
+    """The router a fleet of ``engine`` gets unless one is chosen: least-loaded, or round-robin for an engine
+    whose loop runs one replica."""
+    return DEFAULT_ROUTER if get_engine(engine).fleet_loop else "round-robin"
+
+
+def check_router(engine: str, router: str) -> None:
+    """Refuse a state-reading router for an engine whose loop runs one replica (its fleet is split round-robin)."""
+    if not get_engine(engine).fleet_loop and get_router(router).uses_state:
+        fleet_engines = ", ".join(name for name, e in ENGINES.items() if e.fleet_loop)
+        raise PlannerError(f"--router {router} with --engine {engine}: its loop runs one replica, so a fleet of it "
+                           f"can only be routed round-robin (or use --engine {fleet_engines})")
+
+
+def _round_robin(eng, args: tuple, replicas: int) -> RawRun:
+    """A fleet of an engine whose loop runs one replica: request i on replica i mod N, each replica its own
+    replay. Round-robin reads no replica state, so this is the fleet on one clock exactly. The timeline is
+    replica 1's."""
+    arrival, prompt, output, *rest = args
+    n = arrival.shape[0]
+    parts = [np.arange(k, n, replicas) for k in range(replicas)]
+    runs = [eng.run(arrival[idx], prompt[idx], output[idx], *rest) for idx in parts]
+    merged = {}
+    for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated"):
+        merged[name] = np.empty(n, dtype=getattr(runs[0], name).dtype)
+        for idx, run in zip(parts, runs, strict=True):
+            merged[name][idx] = getattr(run, name)
+    replica = np.arange(n, dtype=np.int64) % replicas
+    return RawRun(steps=sum(r.steps for r in runs), timeline=runs[0].timeline,
+                  free_blocks_at_end=sum(r.free_blocks_at_end for r in runs), replica=replica, **merged)

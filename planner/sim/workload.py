@@ -13,12 +13,15 @@ from planner.errors import PlannerError
 
 @dataclass(frozen=True)
 class SimWorkload:
-    """Requests sorted by arrival: seconds, prompt tokens and output tokens (≥ 1)."""
+    """Requests sorted by arrival: seconds, prompt tokens and output tokens (≥ 1); ``group`` is each request's
+    session (or shared-prefix) id, 0 … groups − 1 and −1 for none, where the trace carries one (a prefix-aware
+    router keeps a group on one replica)."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str
+    group: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -31,13 +34,21 @@ class SimWorkload:
         return replace(self, output_tokens=np.minimum(self.output_tokens, int(max_new_tokens)))
 
 
-def sorted_workload(arrival, inputs, outputs, source: str) -> SimWorkload:
-    """Requests in arrival order (stable), times from the first arrival, lengths at least one token."""
+def sorted_workload(arrival, inputs, outputs, source: str, group=None) -> SimWorkload:
+    """Requests in arrival order (stable), times from the first arrival, lengths at least one token; ``group``
+    (any hashable ids, None/NaN for none) becomes codes 0 … k − 1 in order of first appearance, −1 for none."""
     order = np.argsort(arrival, kind="stable")
     inputs = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     outputs = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
     arrival = np.asarray(arrival, dtype=float)[order]
-    return SimWorkload(arrival - (arrival[0] if arrival.size else 0.0), inputs, outputs, source)
+    codes = None
+    if group is not None:
+        codes, seen = np.full(arrival.size, -1, np.int64), {}
+        for i, g in enumerate(np.asarray(group, dtype=object)[order]):
+            if g is not None and g == g:         # NaN is not an id
+                codes[i] = seen.setdefault(g, len(seen))
+        codes = codes if len(seen) else None
+    return SimWorkload(arrival - (arrival[0] if arrival.size else 0.0), inputs, outputs, source, codes)
 
 
 def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:

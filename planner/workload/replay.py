@@ -19,7 +19,10 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     """A stored trace's non-failed requests: its own arrivals, sped up ``rate_scale`` times or rescaled to ``qps``
     (a trace without timestamps needs ``qps``: Poisson arrivals at that rate)."""
     info = store.get_trace(con, trace_ref)
-    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens FROM {store.requests_view(info.trace_id)} "
+    view = store.requests_view(info.trace_id)
+    has_session = "session_id" in con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
+    session = "session_id" if has_session else "NULL AS session_id"
+    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session} FROM {view} "
                              f"WHERE NOT failed AND output_tokens > 0 ORDER BY arrival NULLS LAST, \"row\"").pl()
     if frame.height == 0:
         raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
@@ -42,7 +45,8 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     else:
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
     label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
-    return sorted_workload(arrival, inputs, outputs, label)
+    groups = frame["session_id"].to_numpy() if has_session else None
+    return sorted_workload(arrival, inputs, outputs, label, groups)
 
 
 def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:

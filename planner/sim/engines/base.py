@@ -45,11 +45,33 @@ class RawRun:
     timeline: np.ndarray        # rows: time_s, running, waiting, blocks_used, step_s, bound
     generated: np.ndarray       # output tokens each request produced
     free_blocks_at_end: int
+    replica: np.ndarray         # the replica each request was routed to
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """What a fleet loop needs beyond one engine's settings: the replica count, the router's code in the compiled
+    loop and each request's group (session or shared-prefix id, -1 for none) with the number of groups."""
+
+    replicas: int
+    router: int
+    group: np.ndarray
+    n_groups: int
+
+    def kernel_args(self, stick_tokens: int) -> tuple:
+        return self.replicas, self.router, self.group, self.n_groups, stick_tokens
+
+
+ONE_REPLICA = FleetSpec(1, 0, np.empty(0, np.int64), 0)
 
 
 @dataclass(frozen=True)
 class Engine:
-    """A scheduler: ``run(arrival, prompt, output, settings, coeffs, log_every) -> RawRun``."""
+    """A scheduler: ``run(arrival, prompt, output, settings, coeffs, log_every, fleet) -> RawRun``.
+
+    With ``fleet_loop`` its loop simulates a fleet behind any router on one clock; without, ``run`` takes one
+    replica (``fleet`` is None) and a fleet is its requests split round-robin, which the router's choice being
+    blind to the replicas' state makes exact."""
 
     name: str
     label: str
@@ -63,6 +85,7 @@ class Engine:
     preemption_modes: tuple[str, ...] = ("recompute",)   # what a recommendation may choose between
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
+    fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
 
     def command(self, config: dict, scenario: Scenario) -> str:
         """The command line that starts this engine for ``scenario`` with ``config`` (a recommendation's

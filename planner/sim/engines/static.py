@@ -63,10 +63,12 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    """One replica (the caller splits a fleet's requests round-robin)."""
     return RawRun(*_static_kernel(arrival, prompt, output, coeffs, settings.max_num_seqs, settings.block_size,
-                                  settings.num_blocks, log_every))
+                                  settings.num_blocks, log_every), np.zeros(arrival.shape[0], np.int64))
 
 
 ENGINE = Engine("static", "Static batching", "Request-level batches of up to max_num_seqs waiting requests: every "
                 "prompt padded to the longest, every sequence decoding until the longest output ends; the next "
-                "batch waits for it (Hugging Face generate-style).", run, chunks_prefill=False, reservation=None)
+                "batch waits for it (Hugging Face generate-style).", run, chunks_prefill=False, reservation=None,
+                fleet_loop=False)

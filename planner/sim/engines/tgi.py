@@ -1,14 +1,17 @@
 """HF TGI ≥ 3.1.1: input + min(max_new_tokens, 1024) reserved; longer outputs re-queued per 1,024-token chunk."""
 
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+import numpy as np
+
+from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit
 from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
 
 
-def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1,
+        fleet: FleetSpec = ONE_REPLICA) -> RawRun:
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
                           settings.num_blocks, settings.chunked_prefill, 0, ENGINE.reservation, log_every,
-                          arrival, False)
+                          arrival, False, np.inf, *fleet.kernel_args(settings.max_num_batched_tokens))
     return RawRun(*out)
 
 

@@ -1,19 +1,23 @@
 """TensorRT-LLM with GUARANTEED_NO_EVICT: ceil((prompt + max output) / 32) blocks reserved up front."""
 
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit
+import numpy as np
+
+from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit
 from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 
 TOKENS_PER_BLOCK = 32
 
 
-def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1,
+        fleet: FleetSpec = ONE_REPLICA) -> RawRun:
     blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK     # the same pool in its own blocks
     # without chunked context max_num_tokens must hold a whole prompt
     budget = settings.max_num_batched_tokens if settings.chunked_prefill else \
         max(settings.max_num_batched_tokens, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
-                          ENGINE.reservation, log_every, arrival, False)
+                          ENGINE.reservation, log_every, arrival, False, np.inf,
+                          *fleet.kernel_args(settings.max_num_batched_tokens))
     return RawRun(*out)
 
 

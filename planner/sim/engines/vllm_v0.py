@@ -135,10 +135,11 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
 
 
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+    """One replica (the caller splits a fleet's requests round-robin)."""
     budget = max(settings.max_num_batched_tokens, settings.max_model_len)
     return RawRun(*_v0_kernel(arrival, prompt, output, coeffs, settings.max_num_seqs, budget, settings.block_size,
                               settings.num_blocks, settings.preemption == "swap", settings.swap_s_per_block,
-                              log_every))
+                              log_every), np.zeros(arrival.shape[0], np.int64))
 
 
 def launch_args(config: dict, scenario) -> str:
@@ -158,4 +159,4 @@ ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
                 "decodes one token; when blocks run out the latest request is preempted by recompute, or swapped "
                 "to the host and back over PCIe (--preemption swap).", run,
                 preemption_modes=("recompute", "swap"), chunks_prefill=False,
-                launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args)
+                launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args, fleet_loop=False)

@@ -2,12 +2,13 @@
 
 import numpy as np
 
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, reservation_limit, vllm_scenario_flags
+from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit, vllm_scenario_flags
 from planner.sim.kernel import LAZY, RESERVE_MAX, simulate_kernel
 from planner.sim.prediction import predicted_lengths
 
 
-def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1) -> RawRun:
+def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1,
+        fleet: FleetSpec = ONE_REPLICA) -> RawRun:
     limit, mode, key = reservation_limit(prompt, settings), LAZY, arrival
     if settings.reserve_quantile or settings.priority != "fcfs":
         # the seeds' remedies: reserve a predicted output quantile per request; admit the shortest predicted first
@@ -18,7 +19,8 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, limit, coeffs, settings.max_num_seqs,
                           settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
-                          settings.priority != "fcfs", settings.abort_wait_s)
+                          settings.priority != "fcfs", settings.abort_wait_s,
+                          *fleet.kernel_args(settings.max_num_batched_tokens))
     return RawRun(*out)
 
 

@@ -1,0 +1,13 @@
+"""What a router module provides."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Router:
+    """A routing policy: its CLI name, its code in the compiled fleet loop, and a sentence on what it does."""
+
+    name: str
+    code: int
+    help: str
+    uses_state: bool = True     # False: the choice ignores the replicas' state (round-robin)

@@ -1,0 +1,57 @@
+"""Whether a replay's queue stays bounded: the verdict every simulation carries.
+
+inference-sim's detectors and Vidur's search judge completed requests only, so a replay of a finite trace whose
+queue grew for minutes still reads stable once the tail drains (``../shared/reference/prefix-cache-and-routing.md``
+§4). This rule looks at the arrival window alone and counts the requests still waiting in it:
+
+* ``waiting(τ)`` = requests arrived by τ that have not been scheduled by τ (never started, or stopped by a
+  search's abort), sampled at :data:`SAMPLES` equal steps over the arrival window, from its first arrival to its
+  last; the drain after the last arrival is ignored;
+* the noise floor ``h = K · √(n / SAMPLES)``: K Poisson standard deviations of the arrivals in one sampling step
+  (K = 3, inference-sim's backlog-drift factor, which it calls "not empirically calibrated"; so is ours);
+* **overloaded**: at the last arrival more than ``h`` requests wait and the waiting count rose by more than
+  ``h`` over the second half of the window (OLS slope × half-window): the queue still grows when load stops;
+* **backlogged**: not overloaded, but at some sample more than ``h`` requests waited (a surge that queued and
+  drained, or a queue that plateaued);
+* **stable**: the waiting count never exceeded the noise floor.
+
+Rejected requests (prompts past ``max_model_len``, or larger than the KV pool) never queue and are left out.
+Requests re-queued by preemption had started, so they do not count as waiting: the rule reads admission.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SAMPLES = 20
+K_NOISE = 3.0
+VERDICTS = ("stable", "backlogged", "overloaded")
+
+
+def waiting_counts(arrival_s: np.ndarray, first_scheduled_s: np.ndarray,
+                   samples: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """Sample times over the arrival window and the requests waiting at each (arrived, not yet scheduled)."""
+    if arrival_s.size == 0:
+        return np.empty(0), np.empty(0)
+    lo, hi = float(arrival_s.min()), float(arrival_s.max())
+    times = lo + (hi - lo) * np.arange(1, samples + 1) / samples
+    arrived = np.searchsorted(np.sort(arrival_s), times, side="right")
+    started = np.sort(np.where(np.isfinite(first_scheduled_s), first_scheduled_s, np.inf))
+    return times, arrived - np.searchsorted(started, times, side="right")
+
+
+def verdict(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np.ndarray) -> str:
+    """``stable``, ``backlogged`` or ``overloaded`` by the module's rule."""
+    keep = ~rejected
+    arrival, started = arrival_s[keep], first_scheduled_s[keep]
+    if arrival.size < 2 or np.ptp(arrival) <= 0:
+        return "stable" if np.isfinite(started).all() else "overloaded"
+    _, waiting = waiting_counts(arrival, started)
+    floor = K_NOISE * math.sqrt(arrival.size / SAMPLES)
+    second = np.arange(SAMPLES // 2 - 1, SAMPLES)           # samples from mid-window to the last arrival
+    slope = np.polyfit(second.astype(float), waiting[second].astype(float), 1)[0]
+    if waiting[-1] > floor and slope * (second.size - 1) > floor:
+        return "overloaded"
+    return "backlogged" if waiting.max() > floor else "stable"

@@ -1,0 +1,160 @@
+"""Fleets on one clock behind a router, and the stability verdict of every replay."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.errors import PlannerError
+from planner.scenario import Scenario
+from planner.sim.engines import ENGINES, EngineSettings
+from planner.sim.engines.base import FleetSpec
+from planner.sim.fleet import Fleet
+from planner.sim.reference import run_reference
+from planner.sim.results import summarize
+from planner.sim.routers import ROUTERS
+from planner.sim.run import simulate
+from planner.sim.stability import verdict
+from planner.sim.workload import SimWorkload, sorted_workload, synthetic
+
+MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+SCENARIO = Scenario(MODEL, GPU, max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=400, max_model_len=8192)
+COEFFS = SCENARIO.coefficients.as_tuple()
+FIELDS = ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated")
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 40), blocks=st.integers(8, 200), seqs=st.integers(1, 12),
+       budget=st.integers(8, 600), router=st.sampled_from(list(ROUTERS)))
+def test_a_fleet_of_one_is_the_single_replica_loop_bit_for_bit(seed, n, blocks, seqs, budget, router):
+    rng = np.random.default_rng(seed)
+    arrival = np.sort(rng.exponential(0.05, n).cumsum() * rng.integers(0, 2))
+    prompt, output = rng.integers(1, 300, n), rng.integers(1, 200, n)
+    cfg = EngineSettings(seqs, budget, True, 16, blocks, 10_000)
+    group = rng.integers(-1, 3, n)
+    fleet = ENGINES["vllm-v1"].run(arrival, prompt, output, cfg, COEFFS,
+                                   1, FleetSpec(1, ROUTERS[router].code, group, 3))
+    slow = run_reference(arrival, prompt, output, cfg, COEFFS)
+    for name in (*FIELDS, "free_blocks_at_end", "steps"):
+        np.testing.assert_array_equal(getattr(fleet, name), getattr(slow, name), err_msg=name)
+    assert (fleet.replica == 0).all()
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_round_robin_on_one_clock_equals_independent_replicas_of_the_split(engine):
+    # round-robin reads no replica state, so the joint loop must equal N replays of requests i::N exactly
+    work = synthetic("requests=600,input=uniform:16:900,output=uniform:1:500,qps=60,seed=5")
+    scenario = SCENARIO.replace(engine=engine)
+    fleet = simulate(work, scenario, fleet=Fleet(3, "round-robin"))
+    for k in range(3):
+        part = SimWorkload(work.arrival_s[k::3], work.input_tokens[k::3], work.output_tokens[k::3], "part")
+        alone = simulate(part, scenario)
+        for name in FIELDS:
+            np.testing.assert_array_equal(getattr(fleet, name)[k::3], getattr(alone, name), err_msg=name)
+    np.testing.assert_array_equal(fleet.replica, np.arange(work.n) % 3)
+
+
+@pytest.mark.parametrize("router", list(ROUTERS))
+def test_every_request_is_served_once_by_one_replica(router):
+    work = synthetic("requests=2000,input=lognormal:6.6:1.0,output=lognormal:5:0.9,qps=30,arrival=gamma:2,seed=2")
+    result = simulate(work, SCENARIO, fleet=Fleet(4, router))
+    summary = summarize(result)
+    assert summary.replicas == 4 and summary.router == router
+    assert sum(r.requests for r in summary.per_replica) == work.n - int(result.too_long.sum())
+    assert result.completed.sum() + result.rejected.sum() == work.n
+    assert result.free_blocks_at_end == 4 * 400                 # every replica's pool freed at the end
+    assert set(np.unique(result.replica[~result.too_long])) == {0, 1, 2, 3}
+    np.testing.assert_array_equal(result.generated[result.completed], result.workload.output_tokens[result.completed])
+
+
+def test_least_loaded_balances_what_round_robin_piles_on_one_replica():
+    # long and short prompts alternate: round-robin sends every long one to replica 1 of 2
+    n = 400
+    prompt = np.where(np.arange(n) % 2 == 0, 3000, 50)
+    work = sorted_workload(np.arange(n) * 0.08, prompt, np.full(n, 20), "alternating")
+    rr = simulate(work, SCENARIO, fleet=Fleet(2, "round-robin"))
+    ll = simulate(work, SCENARIO, fleet=Fleet(2, "least-loaded"))
+    long_rr = np.bincount(rr.replica[prompt == 3000], minlength=2)
+    long_ll = np.bincount(ll.replica[prompt == 3000], minlength=2)
+    assert long_rr.tolist() == [200, 0]
+    assert abs(long_ll[0] - long_ll[1]) <= 20
+    assert ll.metric_ms("ttft", 99) < 0.5 * rr.metric_ms("ttft", 99)
+
+
+def test_least_loaded_splits_equal_requests_evenly():
+    work = sorted_workload(np.zeros(64), np.full(64, 200), np.full(64, 50), "burst")
+    result = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"))
+    assert np.bincount(result.replica).tolist() == [16, 16, 16, 16]
+
+
+def test_prefix_aware_keeps_sessions_home_until_their_replica_is_much_busier():
+    rng = np.random.default_rng(0)
+    n = 600
+    sessions = rng.integers(0, 12, n)
+    work = sorted_workload(np.sort(rng.uniform(0, 300, n)), rng.integers(100, 800, n), rng.integers(10, 200, n),
+                           "sessions", group=sessions)
+    sticky = simulate(work, SCENARIO, fleet=Fleet(4, "prefix-aware"))
+    homes = [np.unique(sticky.replica[work.group == g]).size for g in range(12)]
+    assert homes == [1] * 12                     # light load: every session stays on one replica
+    spread = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"))
+    assert max(np.unique(spread.replica[work.group == g]).size for g in range(12)) > 1
+    # one session carrying everything at once: its replica gets far busier and the session moves
+    burst = sorted_workload(np.zeros(64), np.full(64, 2000), np.full(64, 100), "one session",
+                            group=np.zeros(64, int))
+    moved = simulate(burst, SCENARIO, fleet=Fleet(4, "prefix-aware"))
+    assert np.unique(moved.replica).size == 4
+
+
+def test_engines_without_a_fleet_loop_take_round_robin_only():
+    work = synthetic("requests=50,input=100,output=20,qps=5,seed=1")
+    with pytest.raises(PlannerError, match="round-robin"):
+        simulate(work, SCENARIO.replace(engine="vllm-v0"), fleet=Fleet(2, "least-loaded"))
+    assert summarize(simulate(work, SCENARIO.replace(engine="vllm-v0"), fleet=Fleet(2, "round-robin"))).replicas == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, 10**6])
+def test_a_replica_count_that_makes_no_sense_is_refused(bad):
+    with pytest.raises(PlannerError, match="--replicas"):
+        Fleet(bad)
+
+
+def test_an_unknown_router_is_refused_by_name():
+    with pytest.raises(PlannerError, match="unknown --router 'random'"):
+        Fleet(2, "random")
+
+
+# --- the verdict ---------------------------------------------------------------------------------------------
+
+def _run(qps: float, n: int = 3000, seed: int = 4, surge: bool = False):
+    work = synthetic(f"requests={n},input=uniform:200:600,output=uniform:50:150,qps={qps},seed={seed}")
+    if surge:          # a quiet trace with one minute at 20x the rate in the middle
+        gaps = np.diff(work.arrival_s, prepend=0.0)
+        mid = slice(n // 2 - n // 10, n // 2 + n // 10)
+        gaps[mid] /= 20
+        work = replace(work, arrival_s=np.cumsum(gaps))
+    return simulate(work, Scenario(MODEL, GPU, max_num_seqs=32, max_num_batched_tokens=512, max_model_len=8192))
+
+
+def test_verdicts_light_load_stable_a_drained_surge_backlogged_overload_overloaded():
+    capacity = 3000 / _run(float("inf")).duration_s              # completions per second with everything queued
+    assert _run(0.4 * capacity).verdict == "stable"
+    assert _run(0.3 * capacity, surge=True).verdict == "backlogged"
+    assert _run(1.5 * capacity).verdict == "overloaded"
+    # the old test's blind spot: the overloaded replay drains, every request completes ...
+    over = _run(1.5 * capacity)
+    assert over.completed.all()
+    # ... and the verdict is the summary's "saturated"
+    assert summarize(over).saturated and not summarize(_run(0.4 * capacity)).saturated
+
+
+def test_verdict_counts_requests_never_scheduled_as_waiting():
+    arrival = np.linspace(0, 100, 400)
+    started = np.where(arrival < 50, arrival + 0.1, np.nan)      # nothing starts after the first half
+    assert verdict(arrival, started, np.zeros(400, bool)) == "overloaded"
+    assert verdict(arrival, arrival + 0.1, np.zeros(400, bool)) == "stable"
+    # rejected requests never queue
+    assert verdict(arrival, started, arrival >= 50) == "stable"
