@@ -113,6 +113,7 @@ def request_lengths(trace_id: str):
 def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     """A replay's typed summary plus per-request TTFT and TPOT, cached per trace, scenario (its key covers every
     field, the model's whole spec included) and workload choice."""
+    from planner.sim.fleet import Fleet
     from planner.sim.results import summarize
     from planner.sim.run import simulate
     from planner.sim.workload import from_fits, synthetic
@@ -125,7 +126,7 @@ def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     else:
         fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
         work = from_fits(*fits, n=10_000, qps=workload["qps"])
-    result = simulate(work, _scenario)
+    result = simulate(work, _scenario, fleet=Fleet(workload.get("replicas", 1), workload.get("router", "least-loaded")))
     return summarize(result), result.ttft_s, result.tpot_s
 
 

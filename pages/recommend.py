@@ -6,7 +6,7 @@ from pages._scenario import current
 from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
 from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
-from planner.recommend.table import class_table
+from planner.recommend.table import class_table, fleet_table
 
 require_frame()
 s, options = current(search=True)
@@ -25,18 +25,35 @@ bar.progress(1.0, text=f"{out.simulations} simulations")
 show_rejections(out.rejection_note)
 
 show_table(class_table(out), "recommend_table", transpose=True)
-st.caption(f"Trace rate {out.trace_rate_rps:.2f} req/s; peak (p99 of per-minute rates) "
-           f"{out.peak_rate_rps or 0:.2f} req/s × headroom {options.headroom:g}. Every configuration is this "
+show_table(fleet_table(out), "fleet_table", transpose=True)
+st.caption(f"Trace rate {out.trace_rate_rps:.2f} req/s (peak minute, p99: {out.peak_rate_rps or 0:.2f} req/s). "
+           f"Each rate per replica holds its class with a stable queue and p99 queueing ≤ {out.max_queue_s:g} s; "
+           f"replicas: the smallest fleet behind {out.router} that holds the class on the trace at its own rate × "
+           f"{out.headroom:g}, simulated on one clock; the 90% figure holds in 90% of whole-minute block-bootstrap "
+           "resamples. Every configuration is this "
            f"scenario ({s.engine}, {s.kv_cache_dtype} KV, {s.weight_dtype} weights, block {s.block_size}) with the "
            "settings shown." + (" Not compared: " + "; ".join(out.skipped) if out.skipped else ""))
 for r in out.classes:
     with st.expander(f"{r.name}: " + ("feasible" if r.feasible else "not feasible"), expanded=r.feasible):
         st.code(r.launch_command, language="bash")
+        if r.fleet and r.fleet.replicas:
+            f = r.fleet
+            st.markdown(f"**{f.replicas} replicas** behind {f.router} hold {r.name} on this trace"
+                        + (f"; **{f.confident_replicas}** meet it with {f.confidence:.0%} confidence "
+                           f"({f.resamples} resamples of whole {f.block_s:g}-s blocks; {f.replicas} hold in "
+                           f"{f.held_share:.0%})" if f.confident_replicas else "")
+                        + f". Traffic × {f.growth:g} needs {f.growth_replicas}."
+                        + (f" Scaling per window instead of provisioning for the peak all day saves "
+                           f"{f.gpu_hours_saved:,.1f} of {f.gpu_hours_peak:,.1f} GPU-hours over the trace."
+                           if f.gpu_hours_saved is not None else ""))
         if len(r.compared) > 1:
             show_table(r.compared, f"{r.name}_compared")
         for note in (r.details or {}).get("diagnosis", []):
             st.markdown(f"- {note}")
-        charts = recommend_charts.class_charts(r)
+        charts = recommend_charts.class_charts(r, out.max_queue_s)
+        for name in ("fleet", "schedule"):
+            if name in charts:
+                st.altair_chart(charts[name], key=f"{r.name}_{name}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "rate_rps"):
             if name in charts:
                 st.altair_chart(charts[name], key=f"{r.name}_{name}")

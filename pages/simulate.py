@@ -6,6 +6,8 @@ from pages._scenario import URL, current
 from pages._shared import require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
+from planner.sim.routers import ROUTERS
+from planner.sim.run import default_router
 
 require_frame()
 s, _ = current()
@@ -16,6 +18,12 @@ scale = c[1].number_input("Rate × (trace replay)", 0.01, 1000.0, 1.0, 0.25, key
 qps = c[2].number_input("Requests/s (fitted)", 0.01, 10_000.0, 2.0, 0.5, key="qps", **URL)
 spec = c[3].text_input("Synthetic spec", "requests=2000,input=512,output=uniform:64:1024,qps=8", key="spec", **URL,
                        help="requests=N,input=LEN,output=LEN,qps=Q[,arrival=poisson|gamma:CV][,seed=N]")
+c = st.columns(4)
+replicas = c[0].number_input("Replicas", 1, 4096, 1, 1, key="replicas", **URL,
+                             help="identical replicas of the scenario behind one router, on one clock")
+routers = list(ROUTERS)
+router = c[1].selectbox("Router", routers, index=routers.index(default_router(s.engine)), key="router", **URL,
+                        help="; ".join(f"{r.name}: {r.help}" for r in ROUTERS.values()))
 if source != "synthetic" and info is None:
     st.info("Select a trace in the sidebar, or use a synthetic workload.")
     st.stop()
@@ -23,7 +31,8 @@ if source != "synthetic" and info is None:
 progress = st.progress(0.0, text="simulating…")
 try:
     summary, ttft, tpot = simulation(info.trace_id if info else "", s.key,
-                                     {"source": source, "scale": scale, "qps": qps, "spec": spec}, s)
+                                     {"source": source, "scale": scale, "qps": qps, "spec": spec,
+                                      "replicas": int(replicas), "router": router}, s)
 except PlannerError as exc:
     progress.empty()
     st.error(str(exc))
@@ -39,16 +48,20 @@ m[2].metric("TPOT p99", f"{summary.tpot_ms.p99 or 0:.1f} ms", help=f"p50 {summar
 m[3].metric("Output tok/s", f"{summary.throughput_tok_s['output']:,.0f}")
 m = st.columns(4)
 m[0].metric("Preemptions", f"{summary.preemptions:,}")
-m[1].metric("Saturated", "yes" if summary.saturated else "no",
-            help="The queue keeps growing: the offered rate exceeds what this configuration serves")
+m[1].metric("Queue", summary.verdict, help="stable: requests waiting never exceed the noise floor over the "
+            "arrivals; backlogged: a surge queued (and drained or plateaued); overloaded: the queue still grows when "
+            "the arrivals end, so the offered rate exceeds what this fleet serves")
 m[2].metric("Queueing p99", f"{summary.queue_ms.p99 or 0:,.0f} ms")
 m[3].metric("KV blocks", f"{s.settings.num_blocks:,}", help=f"{s.block_size}-token blocks the engine schedules "
             "against (the Memory page's plan)")
-st.caption(f"{summary.workload} · {s.engine} on {s.tp}× {s.gpu.name} · weights {s.weight_dtype}, KV "
+fleet_text = f"{summary.replicas} replicas ({summary.router}), each " if summary.replicas > 1 else ""
+st.caption(f"{summary.workload} · {fleet_text}{s.engine} on {s.tp}× {s.gpu.name} · weights {s.weight_dtype}, KV "
            f"{s.kv_cache_dtype} in {s.block_size}-token blocks · max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
            f"{s.max_num_batched_tokens}, max_model_len {s.max_model_len}")
 
 show_table(summary.latency_table(), "sim_percentiles")
+if summary.per_replica:
+    show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")
 show_table(summary.bucket_table(), "sim_buckets")
 c1, c2 = st.columns(2)

@@ -5,7 +5,8 @@ import os
 from pathlib import Path
 
 __version__ = "0.1.0"
-JIT_SOURCES = ("sim/cost_model.py", "sim/kernel.py", "sim/engines/vllm_v0.py", "sim/engines/static.py")
+JIT_SOURCES = ("sim/cost_model.py", "sim/kernel.py", "sim/engines/vllm_v0.py", "sim/engines/static.py",
+               "sim/routers/base.py")
 
 
 def _numba_cache_dir() -> None:

@@ -218,3 +218,20 @@ def test_no_data_grid_shows_an_empty_cell_as_none(tmp_path, monkeypatch):
     at.switch_page("pages/report.py").run()
     at.button(key="report_build").click().run()
     assert not at.exception and any("were rejected: their prompts" in w.value for w in at.warning)
+
+
+def test_simulate_page_runs_a_fleet_behind_a_router(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "fleet.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["replicas"] = "3"
+    at.query_params["router"] = "round-robin"
+    at.query_params["scale"] = "4"
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    grid = table_with(at, "replica")
+    assert list(grid["replica"]) == [1, 2, 3] and grid["requests"].sum() > 0
+    # round-robin: the replicas' shares differ by at most one request
+    assert grid["requests"].max() - grid["requests"].min() <= 1
+    assert any(m.label == "Queue" and m.value in ("stable", "backlogged", "overloaded") for m in at.metric)
+    assert any("3 replicas (round-robin)" in c.value for c in at.caption)

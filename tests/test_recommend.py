@@ -147,6 +147,12 @@ def test_recommend_page(tmp_path, monkeypatch):
     assert list(table.columns) == ["class", "chat", "throughput"]
     assert dict(zip(table["class"], table["chat"], strict=True))["SLO"] == "ttft_p99_ms < 3000"
     assert any(c.value.startswith("vllm serve meta-llama/Meta-Llama-3-8B --max-num-seqs") for c in at.code)
+    figures = dict(zip(table["class"], table["chat"], strict=True))
+    assert figures["queue"] == "stable" and figures["router"] == "least-loaded"
+    # the fleet table and sentence: N replicas found by simulation, with its confidence
+    fleet = next(d.value for d in at.dataframe if "one fewer fails" in list(d.value["class"]))
+    replicas = dict(zip(fleet["class"], fleet["chat"], strict=True))["replicas"]
+    assert any(f"**{replicas} replicas** behind least-loaded hold chat" in m.value for m in at.markdown)
     at.text_input(key="slos").set_value("nonsense").run()
     assert "NAME:METRIC<VALUE" in at.error[0].value
 

@@ -60,13 +60,56 @@ def tornado_chart(rows: list[dict]) -> alt.Chart:
                  alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=140)
 
 
-def class_charts(row: ClassRecommendation) -> dict[str, alt.TopLevelMixin]:
+def fleet_chart(row: ClassRecommendation, max_queue_s: float) -> alt.HConcatChart:
+    """The class's metric and p99 queueing against the number of replicas, each with its limit (dashed); a
+    point per fleet simulated, filled where the class holds."""
+    fleet = row.fleet
+    metric = row.slo_focus_label
+    frame = pl.DataFrame([{"replicas": p.replicas, "metric_ms": p.metric_ms, "queue_p99_ms": p.queue_p99_ms,
+                           "holds": "holds" if p.holds else "fails", "verdict": p.verdict}
+                          for p in fleet.curve])
+    panels = []
+    for column, title, limit in (("metric_ms", f"{metric} (ms)", row.slo_limit_ms),
+                                 ("queue_p99_ms", "queueing p99 (ms)", max_queue_s * 1e3)):
+        base = alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(filled=True, size=60)).encode(
+            x=alt.X("replicas:Q", title=f"replicas ({fleet.router})", axis=alt.Axis(tickMinStep=1)),
+            y=alt.Y(f"{column}:Q", title=title, scale=alt.Scale(type="log")),
+            tooltip=["replicas:Q", alt.Tooltip(f"{column}:Q", format=",.1f"), "holds:N", "verdict:N"])
+        dots = alt.Chart(frame).mark_point(size=80, filled=True).encode(
+            x="replicas:Q", y=f"{column}:Q", color=alt.Color("holds:N", scale=alt.Scale(
+                domain=["holds", "fails"], range=["seagreen", "firebrick"]), title=None))
+        layers = [base, dots]
+        if limit is not None:
+            layers.append(alt.Chart(pl.DataFrame({"y": [float(limit)]})).mark_rule(
+                strokeDash=[4, 3], color="firebrick").encode(y="y:Q"))
+        panels.append(alt.layer(*layers).properties(width=260, height=180))
+    return alt.hconcat(*panels)
+
+
+def schedule_chart(row: ClassRecommendation) -> alt.LayerChart:
+    """Replicas each window of the trace needs (steps), against the fleet provisioned for the whole trace."""
+    fleet = row.fleet
+    frame = pl.DataFrame([{"hour": w["start_s"] / 3600, "replicas": w["replicas"]} for w in fleet.schedule]
+                         + [{"hour": fleet.schedule[-1]["end_s"] / 3600, "replicas": fleet.schedule[-1]["replicas"]}])
+    steps = alt.Chart(frame).mark_line(interpolate="step-after").encode(
+        x=alt.X("hour:Q", title="hours into the trace"), y=alt.Y("replicas:Q", title="replicas needed"),
+        tooltip=["hour:Q", "replicas:Q"])
+    peak = alt.Chart(pl.DataFrame({"y": [float(fleet.replicas)]})).mark_rule(strokeDash=[4, 3], color="gray").encode(
+        y="y:Q")
+    return alt.layer(steps, peak).properties(height=160)
+
+
+def class_charts(row: ClassRecommendation, max_queue_s: float | None = None) -> dict[str, alt.TopLevelMixin]:
     """A class's sensitivity charts (knob sweeps around its settings, Pareto front, tornado), by name; empty for a
     class without sweeps (infeasible, or recommended without details). The page and the report draw these."""
+    out = {}
+    if row.fleet is not None and row.fleet.curve and max_queue_s is not None:
+        out["fleet"] = fleet_chart(row, max_queue_s)
+        if row.fleet.schedule:
+            out["schedule"] = schedule_chart(row)
     details = row.details or {}
     if "sweeps" not in details:
-        return {}
-    out = {}
+        return out
     for knob, chosen in (("max_num_seqs", row.config["max_num_seqs"]),
                          ("max_num_batched_tokens", row.config["max_num_batched_tokens"]),
                          ("rate_rps", row.max_qps_per_replica)):

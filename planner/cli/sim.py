@@ -7,6 +7,7 @@ from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
 from planner.errors import PlannerError
+from planner.sim.routers import ROUTERS
 from planner.traces import store
 
 
@@ -50,18 +51,26 @@ def cmd_simulate(args) -> None:
     from planner.sim.results import goodput, summarize
     from planner.sim.run import simulate
 
+    from planner.sim.fleet import Fleet
+    from planner.sim.run import check_router, default_router
+
     scenario = scenario_from_args(args)        # a value that makes no sense fails here, before any work
-    result = simulate(_workload(args), scenario, progress=_progress_printer(not args.json))
+    fleet = Fleet(args.replicas, args.router or default_router(scenario.engine))
+    if fleet.replicas > 1:
+        check_router(scenario.engine, fleet.router)
+    result = simulate(_workload(args), scenario, fleet=fleet, progress=_progress_printer(not args.json))
     summary = summarize(result)
     obj = summary.to_dict()
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
         obj["goodput_rps"] = goodput(result, args.slo_ttft_ms, args.slo_tpot_ms)
     s = summary
-    _emit(args, obj, f"{s.completed:,}/{s.requests:,} requests in {s.duration_s:.1f} s simulated "
+    fleet_text = f" on {s.replicas} replicas ({s.router})" if s.replicas > 1 else ""
+    _emit(args, obj, f"{s.completed:,}/{s.requests:,} requests{fleet_text} in {s.duration_s:.1f} s simulated "
                      f"({s.sim_wall_s:.2f} s wall): TTFT p50/p99 {s.ttft_ms.p50 or 0:.0f}/{s.ttft_ms.p99 or 0:.0f} "
                      f"ms, TPOT p50/p99 {s.tpot_ms.p50 or 0:.1f}/{s.tpot_ms.p99 or 0:.1f} ms, "
                      f"{s.throughput_tok_s['output']:,.0f} output tok/s, {s.preemptions} preemptions"
-                     f"{', SATURATED' if s.saturated else ''}" + (f"\n{s.rejection_note}" if s.rejection_note else ""))
+                     f", queue {s.verdict} (p99 {s.queue_ms.p99 or 0:,.0f} ms)"
+                     + (f"\n{s.rejection_note}" if s.rejection_note else ""))
 
 
 def cmd_calibrate(args) -> None:
@@ -99,7 +108,8 @@ def recommend_inputs(args):
         slos=tuple(args.slo or ()), headroom=args.headroom,
         tp_options=_int_list(args.tp_search, "--tp-search") if args.tp_search else (),
         max_new_tokens_options=tuple(args.max_new_tokens_options.split(",")) if args.max_new_tokens_options else (),
-        details=getattr(args, "details", True))
+        details=getattr(args, "details", True), router=args.router,
+        **{k: getattr(args, k) for k in ("max_queue_s", "resamples", "growth") if getattr(args, k) is not None})
     return scenario_from_args(args), options
 
 
@@ -108,13 +118,32 @@ def cmd_recommend(args) -> None:
     from planner.workload.replay import from_trace
 
     scenario, options = recommend_inputs(args)
+    if args.gpu_options:
+        from planner.recommend.costs import parse_gpu_options
+
+        parse_gpu_options(args.gpu_options)      # an unknown GPU or a bad price fails before any work
     workload = from_trace(store.open_store(args.db), args.trace)
-    rec = plan_recommendation(workload, scenario, options, _progress_printer(not args.quiet))
+    progress = _progress_printer(not args.quiet)
+    if args.gpu_options:
+        from planner.recommend.costs import compare_gpus
+
+        comparison = compare_gpus(workload, scenario, options, args.gpu_options, progress)
+        rec = comparison.recommendation
+    else:
+        comparison = None
+        rec = plan_recommendation(workload, scenario, options, progress)
     lines = [f"{r.name:12s} {'ok ' if r.feasible else 'NO '} qps/replica {r.max_qps_per_replica:.2f} "
-             f"replicas {r.replicas_for_peak}  {r.launch_command}" for r in rec.classes]
+             f"({r.verdict}, queue p99 {r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}"
+             + (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
+                if r.fleet and r.fleet.replicas else "") + f"  {r.launch_command}" for r in rec.classes]
+    if comparison:
+        lines += comparison.lines()
     if rec.rejection_note:
         lines.append(rec.rejection_note)
-    _emit(args, {"trace": args.trace, **rec.to_dict()}, "\n".join(lines))
+    obj = {"trace": args.trace, **rec.to_dict()}
+    if comparison:
+        obj["gpu_options"] = comparison.to_dict()
+    _emit(args, obj, "\n".join(lines))
 
 
 def add_recommend_flags(p) -> None:
@@ -124,7 +153,20 @@ def add_recommend_flags(p) -> None:
     p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
                    help="e.g. chat:ttft_p99<300, chat:ttft<200,tpot<50@90%% (attainment share) or "
                         "batch:throughput (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
-    p.add_argument("--headroom", type=float, default=1.0, help="multiply the peak rate by this when sizing")
+    p.add_argument("--headroom", type=float, default=1.0,
+                   help="size the fleet for the trace at its own rate times this")
+    p.add_argument("--max-queue-s", type=float,
+                   help="every class's bound on p99 queueing delay, throughput included (default 5 s, as "
+                        "Vidur's capacity search)")
+    p.add_argument("--router", help="the router the fleet sizing assumes: " + ", ".join(ROUTERS)
+                   + " (default least-loaded; round-robin for vllm-v0 and static)")
+    p.add_argument("--resamples", type=int,
+                   help="block-bootstrap resamples (whole minutes) behind the replica count's 90%% confidence "
+                        "(default 20; 0: none)")
+    p.add_argument("--growth", type=float, help="what-if: replicas for the traffic grown by this (default 1.5)")
+    p.add_argument("--gpu-options", metavar="GPU[=PRICE],GPU",
+                   help="compare these GPUs per class by the fleet's $/hour and $/M output tokens (PRICE: USD per "
+                        "GPU-hour, default the preset's)")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
@@ -154,6 +196,9 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--arrival-cv", type=float, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")
     p.add_argument("--slo-ttft-ms", type=float, help="report goodput: requests/s meeting this TTFT")
     p.add_argument("--slo-tpot-ms", type=float, help="report goodput: requests/s meeting this TPOT")
+    p.add_argument("--replicas", type=int, default=1, help="replicas of the scenario behind one router (default 1)")
+    p.add_argument("--router", help="how a fleet's requests are spread: " + ", ".join(ROUTERS)
+                   + " (default least-loaded; round-robin for vllm-v0 and static)")
     p.set_defaults(func=cmd_simulate)
 
     p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")

@@ -181,8 +181,9 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
     block = block_seconds(work)
     samples = [block_bootstrap(work, seed, block) for seed in range(resamples)]
     needs = parallel_map(lambda i, _: search.smallest(("boot", i), samples[i], point), range(resamples))
-    held = float(np.mean([search.point(("boot", i), samples[i], point).holds for i in range(resamples)]))
-    confident = _quantile_count(needs, CONFIDENCE)
+    held = float(np.mean([search.point(("boot", i), samples[i], point).holds for i in range(resamples)])) \
+        if resamples else None
+    confident = _quantile_count(needs, CONFIDENCE) if resamples else None
     grown = replace(work, arrival_s=work.arrival_s / growth)
     growth_replicas = search.smallest("growth", grown, math.ceil(point * growth))
     schedule = _schedule(search, work, point)

@@ -102,11 +102,12 @@ class Recommendation:
     router: str = DEFAULT_ROUTER
     headroom: float = 1.0
     max_queue_s: float = MAX_QUEUE_S
+    price_per_gpu_hour: float = 0.0
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("model", "gpu", "tp", "engine", "peak_rate_rps", "trace_rate_rps",
                                              "simulations", "skipped", "rejected_too_long", "rejection_note",
-                                             "router", "headroom", "max_queue_s")}
+                                             "router", "headroom", "max_queue_s", "price_per_gpu_hour")}
         out["classes"] = [c.to_dict() for c in self.classes]
         return out
 
@@ -194,7 +195,7 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
         model=scenario.model.name, gpu=scenario.gpu.name, tp=scenario.tp, engine=engine.name, peak_rate_rps=peak,
         trace_rate_rps=rate, simulations=sum(s.simulations for s in searches.values()), skipped=skipped,
         classes=out, rejected_too_long=too_long, requests=workload.n, router=options.router,
-        headroom=options.headroom, max_queue_s=options.max_queue_s,
+        headroom=options.headroom, max_queue_s=options.max_queue_s, price_per_gpu_hour=scenario.gpu.price_per_hour,
         rejection_note=rejection_note(workload.n, too_long, int(workload.input_tokens.max()),
                                       scenario.max_model_len, scenario.model.max_position))
 

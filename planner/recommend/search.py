@@ -132,6 +132,22 @@ class ClassRecommendation:
     router: str | None = None
     fleet: FleetSizing | None = None
 
+    @property
+    def slo_focus_label(self) -> str:
+        """The metric that stands for the class (:attr:`SLOClass.focus`), e.g. ``TTFT p99``."""
+        if not self.slo:
+            return "E2E p99"
+        if "attainment" in self.slo:
+            metric = next(k for k in self.slo if k != "attainment").removesuffix("_ms")
+            return f"{metric.upper()} p{self.slo['attainment'] * 100:g}"
+        metric, _, percentile = next(iter(self.slo)).removesuffix("_ms").partition("_")
+        return f"{metric.upper()} {percentile}"
+
+    @property
+    def slo_limit_ms(self) -> float | None:
+        """The focus metric's limit (None for a throughput class)."""
+        return next((v for k, v in self.slo.items() if k != "attainment"), None)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["fleet"] = self.fleet.to_dict() if self.fleet else None

@@ -141,7 +141,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
             except PlannerError as exc:     # e.g. every request at one instant: no rate to scale
                 error = str(exc)
         for row in recommendation.classes if recommendation else ():
-            specs.update(_class_charts(row))
+            specs.update(_class_charts(row, recommendation.max_queue_s))
 
     report(0.97, "assembling")
     trace = {"trace_id": info.trace_id, "name": info.name, "content_sha256": store.content_hash(con, info.trace_id),
@@ -157,9 +157,10 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
     return out
 
 
-def _class_charts(row: ClassRecommendation) -> dict:
-    """The class's sensitivity charts, by ``class:chart`` name (the page draws the same builders)."""
-    return {f"{row.name}:{name}": chart.to_dict() for name, chart in recommend_charts.class_charts(row).items()}
+def _class_charts(row: ClassRecommendation, max_queue_s: float) -> dict:
+    """The class's fleet and sensitivity charts, by ``class:chart`` name (the page draws the same builders)."""
+    return {f"{row.name}:{name}": chart.to_dict()
+            for name, chart in recommend_charts.class_charts(row, max_queue_s).items()}
 
 
 def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptions) -> str:
@@ -169,6 +170,10 @@ def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptio
              f"--headroom {options.headroom:g}"]
     if options.tp_options:
         parts.append(f"--tp-search {','.join(map(str, options.tp_options))}")
+    if options.router:
+        parts.append(f"--router {options.router}")
+    parts += [f"--max-queue-s {options.max_queue_s:g}", f"--resamples {options.resamples}",
+              f"--growth {options.growth:g}"]
     if options.max_new_tokens_options:
         parts.append(f"--max-new-tokens-options {shlex.quote(','.join(options.max_new_tokens_options))}")
     parts += [f"--slo {shlex.quote(s)}" for s in options.slos]

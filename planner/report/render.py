@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from planner.recommend.table import class_table
+from planner.recommend.table import FLEET_CHARTS, class_table, fleet_table, schedule_tables
 from planner.tables import Table, fmt
 from planner.workload.stats import stats_percentile_rows
 
@@ -86,6 +86,8 @@ def _rows(report: Report) -> dict[str, list[Table]]:
         out["simulation"].append(sim.throughput_table())
     if report.recommendation:
         out["recommendations"].append(class_table(report.recommendation))
+        out["recommendations"].append(fleet_table(report.recommendation))
+        out["recommendations"] += schedule_tables(report.recommendation)
     return out
 
 
@@ -113,8 +115,10 @@ def _charts_of(section: str, report: Report) -> list[str]:
         return [n for n in names if n in ("memory_breakdown", "concurrency")]
     if section == "simulation":
         return [n for n in names if n.startswith("simulation_")]
+    if section == "recommendations":
+        return [n for n in names if n.rpartition(":")[2] in FLEET_CHARTS]
     if section == "sensitivity":
-        return [n for n in names if ":" in n]
+        return [n for n in names if ":" in n and n.rpartition(":")[2] not in FLEET_CHARTS]
     return []
 
 

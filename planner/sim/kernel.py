@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
+from planner.sim.routers.base import PREFIX_AWARE, ROUND_ROBIN
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
 TGI_CHUNK = 1024
@@ -61,7 +62,6 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     return timeline, rows + 1
 
 
-ROUND_ROBIN, LEAST_LOADED, PREFIX_AWARE = 0, 1, 2     # router codes (planner.sim.routers names them)
 
 
 @numba.njit(cache=True, nogil=True)

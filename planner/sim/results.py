@@ -57,7 +57,11 @@ class SimResult:
         """p99 queueing delay (arrival to first scheduled) in seconds; a request never scheduled (a search's
         abort) counts as waiting forever."""
         queue = self.queue_s[~self.rejected]
-        return float(np.percentile(np.where(np.isnan(queue), np.inf, queue), 99)) if queue.size else 0.0
+        if not queue.size:
+            return 0.0
+        if np.isnan(queue).mean() > 0.01:       # past the 99th percentile: infinite (inf − inf would read NaN)
+            return math.inf
+        return float(np.percentile(np.where(np.isnan(queue), np.inf, queue), 99))
 
     @property
     def ttft_s(self) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+ROUND_ROBIN, LEAST_LOADED, PREFIX_AWARE = 0, 1, 2     # codes the compiled fleet loop branches on
+
 
 @dataclass(frozen=True)
 class Router:

@@ -1,7 +1,6 @@
 """Least-loaded: the replica with the fewest outstanding tokens, queued prefill included."""
 
-from planner.sim.kernel import LEAST_LOADED
-from planner.sim.routers.base import Router
+from planner.sim.routers.base import LEAST_LOADED, Router
 
 ROUTER = Router("least-loaded", LEAST_LOADED, "Each request goes to the replica with the fewest outstanding tokens "
                 "(prompt tokens still to compute, queued or running, plus output tokens still to generate): the "

@@ -6,8 +6,7 @@ prefix affinity without a load term piles cold starts onto one replica; this bou
 no identity are routed least-loaded. The affinity pays once replicas cache prefixes (vLLM V1's prefix cache).
 """
 
-from planner.sim.kernel import PREFIX_AWARE
-from planner.sim.routers.base import Router
+from planner.sim.routers.base import PREFIX_AWARE, Router
 
 ROUTER = Router("prefix-aware", PREFIX_AWARE, "Requests of one session (or shared prefix) go back to the replica "
                 "that served the session, unless it holds more than twice the least-loaded replica's outstanding "

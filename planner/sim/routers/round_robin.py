@@ -1,7 +1,6 @@
 """Round-robin: request i goes to replica i mod N (inference-sim's CLI default, ``--routing-policy round-robin``)."""
 
-from planner.sim.kernel import ROUND_ROBIN
-from planner.sim.routers.base import Router
+from planner.sim.routers.base import ROUND_ROBIN, Router
 
 ROUTER = Router("round-robin", ROUND_ROBIN, "Request i goes to replica i mod N, whatever their load (inference-sim's "
                 "default). Blind to surges and long prompts: one replica can queue while another idles.",

@@ -1,0 +1,121 @@
+"""What it costs: each class's fleet on several GPU types, compared by $/hour and $/M output tokens, each GPU's
+recommendation made as for one (:func:`planner.recommend.plan.plan_recommendation`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog.gpus import get_gpu
+from planner.errors import PlannerError
+from planner.recommend.plan import Recommendation, RecommendOptions, plan_recommendation
+from planner.scenario import Scenario
+from planner.sim.workload import SimWorkload
+from planner.tables import Table
+from planner.workload.rates import arrival_rate_rps
+
+
+def parse_gpu_options(text: str) -> list[tuple[str, float | None]]:
+    """``a100-80gb-sxm,h100-sxm=3.2``: GPU names, each with an optional USD per GPU-hour."""
+    out = []
+    for item in text.split(","):
+        name, sep, price = item.strip().partition("=")
+        if not name:
+            raise PlannerError(f"--gpu-options {text!r}: expected GPU names separated by commas (NAME or NAME=PRICE)")
+        try:
+            value = float(price) if sep else None
+        except ValueError as exc:
+            raise PlannerError(f"--gpu-options {item!r}: expected NAME=PRICE with a price in USD per GPU-hour") from exc
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise PlannerError(f"--gpu-options {item!r}: expected a non-negative price per GPU-hour")
+        get_gpu(name)          # an unknown name is refused here, before any work
+        out.append((name, value))
+    return out
+
+
+@dataclass(frozen=True)
+class GpuComparison:
+    """Per GPU type and class: the fleet that holds the class and what it costs; ``cheapest`` per class."""
+
+    recommendation: Recommendation        # the scenario's own GPU (first of the options)
+    by_gpu: dict[str, Recommendation]
+    skipped: dict[str, str]
+    output_tokens_per_hour: float
+
+    def rows(self) -> list[dict]:
+        out = []
+        for gpu, rec in self.by_gpu.items():
+            for c in rec.classes:
+                replicas = c.fleet.confident_replicas if c.fleet and c.fleet.confident_replicas else \
+                    c.replicas_for_peak
+                per_hour = rec_price(rec, c, replicas)
+                out.append({"gpu": gpu, "class": c.name, "feasible": c.feasible, "tp": c.tp,
+                            "replicas": replicas, "gpus": replicas * c.tp if replicas else None,
+                            "cost_per_hour": per_hour,
+                            "cost_per_million_output_tokens": per_hour / (self.output_tokens_per_hour / 1e6)
+                            if per_hour is not None and self.output_tokens_per_hour else None})
+        return out
+
+    def cheapest(self) -> dict[str, str | None]:
+        best: dict[str, tuple[float, str] | None] = {}
+        for row in self.rows():
+            cost = row["cost_per_hour"]
+            current = best.get(row["class"])
+            if cost is not None and (current is None or cost < current[0]):
+                best[row["class"]] = (cost, row["gpu"])
+            best.setdefault(row["class"], None)
+        return {name: (b[1] if b else None) for name, b in best.items()}
+
+    def table(self) -> Table:
+        cheapest = self.cheapest()
+        rows = [[r["class"], r["gpu"], r["tp"], r["replicas"], r["gpus"], r["cost_per_hour"],
+                 r["cost_per_million_output_tokens"], "cheapest" if cheapest.get(r["class"]) == r["gpu"] else ""]
+                for r in self.rows()]
+        return Table("Fleets by GPU (replicas with 90% confidence)", ["class", "GPU", "TP", "replicas", "GPUs",
+                                                                     "$/hour", "$/M output tokens", ""], rows)
+
+    def lines(self) -> list[str]:
+        out = [f"{name}: cheapest on {gpu}" if gpu else f"{name}: no GPU option holds it"
+               for name, gpu in self.cheapest().items()]
+        return out + [f"{gpu}: skipped ({why})" for gpu, why in self.skipped.items()]
+
+    def to_dict(self) -> dict:
+        return {"options": self.rows(), "cheapest": self.cheapest(), "skipped": self.skipped,
+                "output_tokens_per_hour": self.output_tokens_per_hour}
+
+
+def rec_price(rec: Recommendation, row, replicas: int | None) -> float | None:
+    """USD per hour of ``replicas`` replicas of the row's TP on the recommendation's GPU price."""
+    if not replicas:
+        return None
+    return replicas * row.tp * rec.price_per_gpu_hour
+
+
+def compare_gpus(workload: SimWorkload, scenario: Scenario, options: RecommendOptions, gpus: list[str] | str,
+                 progress: Callable[[float, str], None] | None = None) -> GpuComparison:
+    """Recommend on each GPU type (the scenario's own first) and compare the classes' fleets by cost."""
+    parsed = parse_gpu_options(gpus) if isinstance(gpus, str) else [(g, None) for g in gpus]
+    names = [(scenario.gpu.name, None)] + [(g, p) for g, p in parsed if g != scenario.gpu.name]
+    prices = dict(parsed)
+    by_gpu, skipped = {}, {}
+    for i, (name, _) in enumerate(names):
+        gpu = get_gpu(name) if name != scenario.gpu.name else scenario.gpu
+        if prices.get(name) is not None:
+            gpu = gpu.with_price(prices[name])
+
+        def step(f, msg, i=i, name=name):
+            if progress:
+                progress((i + f) / len(names), f"{name}: {msg}")
+        try:
+            by_gpu[name] = plan_recommendation(workload, scenario.replace(gpu=gpu), options, step)
+        except PlannerError as exc:      # the model does not fit this GPU at the TP degrees compared
+            skipped[name] = str(exc)
+    if scenario.gpu.name not in by_gpu:
+        raise PlannerError(skipped[scenario.gpu.name])
+    span = float(np.ptp(workload.arrival_s))
+    rate = arrival_rate_rps(workload.arrival_s) or 0.0
+    per_hour = float(workload.output_tokens.mean()) * rate * options.headroom * 3600 if span > 0 else 0.0
+    return GpuComparison(by_gpu[scenario.gpu.name], by_gpu, skipped, per_hour)

@@ -1,0 +1,125 @@
+"""Replicas found by simulating the fleet: N holds and N − 1 does not, the confidence is what the resamples say,
+block-bootstrap resamples keep bursts, and GPU options compare fleets by cost."""
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.errors import PlannerError
+from planner.recommend.costs import compare_gpus, parse_gpu_options
+from planner.recommend.fleet import CONFIDENCE, block_bootstrap, block_seconds, size_fleet
+from planner.recommend.plan import RecommendOptions, plan_recommendation
+from planner.recommend.slo import SLOClass, meets
+from planner.scenario import Scenario
+from planner.sim.fleet import Fleet
+from planner.sim.run import simulate
+from planner.sim.workload import SimWorkload, synthetic
+
+MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
+SCENARIO = Scenario(MODEL, GPU, max_num_seqs=64, max_num_batched_tokens=1024, max_model_len=8192)
+TPOT = SLOClass("tpot", "tpot", 99, 40.0)
+
+
+@pytest.fixture(scope="module")
+def busy():
+    # ~25 minutes of bursty traffic, several replicas' worth
+    return synthetic("requests=6000,input=lognormal:6.4:0.9,output=lognormal:5:0.8,qps=4,arrival=gamma:1.5,"
+                     "seed=21")
+
+
+@pytest.fixture(scope="module")
+def sized(busy):
+    return size_fleet(busy, SCENARIO, TPOT, 1.0, router="least-loaded", headroom=2.0, max_queue_s=5.0,
+                      resamples=10)
+
+
+def _holds(work, replicas):
+    return meets(simulate(work, SCENARIO, fleet=Fleet(replicas, "least-loaded")), TPOT, 5.0)
+
+
+def test_the_point_estimate_holds_and_one_replica_fewer_does_not(busy, sized):
+    n = sized.replicas
+    assert n is not None and n >= 2
+    at_rate = SimWorkload(busy.arrival_s / 2.0, busy.input_tokens, busy.output_tokens, "x2")
+    assert _holds(at_rate, n) and not _holds(at_rate, n - 1)
+    curve = {p.replicas: p for p in sized.curve}
+    assert curve[n].holds and not curve[n - 1].holds and curve[n - 1].why
+    assert curve[n + 1].holds and curve[n].verdict == "stable"
+    # the curve's metric falls as replicas are added
+    assert curve[n - 1].metric_ms >= curve[n].metric_ms >= curve[n + 1].metric_ms
+
+
+def test_the_confident_count_is_the_90th_percentile_of_what_each_resample_needs(busy, sized):
+    at_rate = SimWorkload(busy.arrival_s / 2.0, busy.input_tokens, busy.output_tokens, "x2")
+    block = block_seconds(at_rate)
+    samples = [block_bootstrap(at_rate, seed, block) for seed in range(10)]
+    k = sized.confident_replicas
+    share = np.mean([_holds(s, k) for s in samples])
+    assert share >= CONFIDENCE
+    if k > 1:
+        assert np.mean([_holds(s, k - 1) for s in samples]) < CONFIDENCE
+    assert sized.held_share == np.mean([_holds(s, sized.replicas) for s in samples])
+
+
+def test_growth_needs_at_least_as_many_and_the_schedule_covers_the_trace(sized):
+    assert sized.growth_replicas >= sized.replicas
+    windows = sized.schedule
+    assert windows[0]["start_s"] == 0 and len(windows) == 6
+    assert sum(w["requests"] for w in windows) == 6000
+    assert all(1 <= w["replicas"] for w in windows)
+    hours = windows[-1]["end_s"] / 3600
+    assert sized.gpu_hours_peak == pytest.approx(sized.replicas * hours)
+    assert sized.gpu_hours_saved == pytest.approx(sized.gpu_hours_peak - sum(
+        w["replicas"] * (w["end_s"] - w["start_s"]) / 3600 for w in windows))
+
+
+def test_block_bootstrap_keeps_whole_minutes():
+    # minute k holds k + 1 requests: every resampled minute must hold one of those counts, at the same offsets
+    arrival = np.concatenate([k * 60 + np.linspace(0, 59, k + 1) for k in range(12)])
+    work = SimWorkload(arrival, np.arange(arrival.size) + 1, np.ones(arrival.size, int), "minutes")
+    sample = block_bootstrap(work, 3, 60.0)
+    counts = np.bincount((sample.arrival_s // 60).astype(int), minlength=12)
+    assert sample.n == counts.sum() and len(counts) == 12
+    assert set(counts) <= set(range(1, 13))
+    assert np.all(np.diff(sample.arrival_s) >= 0)
+    # each request keeps its own length (prompt = its original index + 1) and its offset within the minute
+    original = work.arrival_s[sample.input_tokens - 1]
+    np.testing.assert_allclose(sample.arrival_s % 60, original % 60, atol=1e-9)
+    assert block_bootstrap(work, 3, 60.0).arrival_s.tolist() == sample.arrival_s.tolist()   # seeded
+
+
+def test_the_plan_sizes_each_class_by_simulation_not_by_division():
+    work = synthetic("requests=3000,input=lognormal:6.4:0.9,output=lognormal:5:0.8,qps=12,arrival=gamma:2,seed=7")
+    rec = plan_recommendation(work, SCENARIO, RecommendOptions(slos=("batch:throughput",), resamples=4))
+    (row,) = rec.classes
+    assert rec.router == row.router == "least-loaded"
+    assert row.replicas_for_peak == row.fleet.replicas
+    assert row.gpus == row.replicas_for_peak and row.cost_per_hour == row.replicas_for_peak * GPU.price_per_hour
+    assert row.to_dict()["fleet"]["confident_replicas"] == row.fleet.confident_replicas
+    assert set(row.to_dict()) >= {"router", "queue_ms", "verdict", "replicas_for_peak"}
+
+
+def test_gpu_options_compare_fleets_by_cost():
+    work = synthetic("requests=1500,input=lognormal:6.4:0.9,output=lognormal:5:0.8,qps=6,seed=9")
+    options = RecommendOptions(slos=("batch:throughput",), resamples=0)
+    comparison = compare_gpus(work, SCENARIO, options, "h100-sxm=0.5")
+    rows = {r["gpu"]: r for r in comparison.rows()}
+    assert set(rows) == {"a100-80gb-sxm", "h100-sxm"}
+    # an H100 at 50 cents an hour is the cheapest way to hold the class
+    assert comparison.cheapest() == {"batch": "h100-sxm"}
+    h100 = rows["h100-sxm"]
+    assert h100["cost_per_hour"] == h100["replicas"] * 0.5
+    assert h100["cost_per_million_output_tokens"] == pytest.approx(
+        h100["cost_per_hour"] / (comparison.output_tokens_per_hour / 1e6))
+    assert math.isclose(comparison.output_tokens_per_hour, work.output_tokens.mean() * (work.n - 1)
+                        / np.ptp(work.arrival_s) * 3600)
+
+
+@pytest.mark.parametrize("text, message", [("h100-sxm=cheap", "NAME=PRICE"), ("h100-sxm=-1", "non-negative"),
+                                           ("b200", "unknown GPU"), (",", "GPU names")])
+def test_bad_gpu_options_are_refused_by_name(text, message):
+    with pytest.raises(PlannerError, match=message):
+        parse_gpu_options(text)
