@@ -1,5 +1,6 @@
-"""Recommendation speed: the three default SLO classes on a 20,000-request trace; prints the time and the number
-of simulations (goal ≤ 30 s on the 2-core project machine). Usage: python bench/recommend.py [--requests 20000]
+"""Recommendation speed: the three default SLO classes, fleet sizing and its bootstrap confidence included, on the
+bundled sample and on a 20,000-request synthetic trace; each on two worker threads and, as the baseline measured in
+the same run, on one (goal ≤ 30 s for the sample on the 2-core project machine). Usage: python bench/recommend.py
 """
 
 from __future__ import annotations
@@ -11,12 +12,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import planner.recommend.parallel as parallel  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
-from planner.recommend.search import Search, recommend  # noqa: E402
-from planner.recommend.slo import DEFAULT_CLASSES  # noqa: E402
+from planner.recommend.plan import RecommendOptions, plan_recommendation  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
-from planner.sim.workload import synthetic  # noqa: E402
+from planner.sim.workload import SimWorkload, synthetic  # noqa: E402
+from planner.traces.samples import SAMPLE_PATH  # noqa: E402
+
+
+def sample() -> SimWorkload:
+    """The bundled sample as ``recommend sample_chat`` replays it: ingested into a scratch store, read back."""
+    import tempfile
+
+    from planner.traces import store
+    from planner.traces.ingest import ingest_file
+    from planner.workload.replay import from_trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        con = store.open_store(Path(tmp) / "bench.duckdb")
+        ingest_file(con, SAMPLE_PATH, name="sample_chat")
+        work = from_trace(con, "sample_chat")
+        con.close()
+    return work
+
+
+def timed(work: SimWorkload, workers: int) -> tuple[float, object]:
+    parallel.WORKERS = workers
+    scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
+    started = time.perf_counter()
+    rec = plan_recommendation(work, scenario, RecommendOptions())
+    return time.perf_counter() - started, rec
 
 
 def main() -> None:
@@ -24,23 +50,24 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000)
     args = parser.parse_args()
     # Azure-conversation-like lengths, bursty arrivals (gamma CV 2) at 3 req/s: ~1.9 hours of traffic
-    work = synthetic(f"requests={args.requests},input=lognormal:6.633:0.985,output=lognormal:5.019:0.859,qps=3,"
-                     "arrival=gamma:2,seed=11")
-    search = Search(work, Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192))
-    search.run(256, 2048, 1.0)         # load the compiled loop before timing
-    search.cache.clear()
-    search.simulations = 0
-    started = time.perf_counter()
-    rows = recommend(search, DEFAULT_CLASSES)
-    seconds = time.perf_counter() - started
-    print(f"{work.n:,} requests, 3 classes: {seconds:.1f} s, {search.simulations} simulations "
-          f"({seconds / search.simulations * 1e3:.0f} ms each)")
-    for r in rows:
-        predicted = r.predicted or {}
-        print(f"  {r.name:10s} feasible {r.feasible!s:5s} {r.config} qps/replica "
-              f"{r.max_qps_per_replica:.2f} replicas {r.replicas_for_peak} TTFT p99 "
-              f"{predicted.get('ttft_ms', {}).get('p99', float('nan')):.0f} ms TPOT p99 "
-              f"{predicted.get('tpot_ms', {}).get('p99', float('nan')):.1f} ms")
+    synthetic_work = synthetic(f"requests={args.requests},input=lognormal:6.633:0.985,output=lognormal:5.019:0.859,"
+                               "qps=3,arrival=gamma:2,seed=11")
+    timed(synthetic("requests=200,input=100,output=10,qps=5"), 2)       # load the compiled loops before timing
+    for work in (sample(), synthetic_work):
+        two, rec = timed(work, 2)
+        one, again = timed(work, 1)
+        assert [c.to_dict() for c in rec.classes] == [c.to_dict() for c in again.classes], "workers changed answers"
+        print(f"{work.source}: {work.n:,} requests, 3 classes with fleet sizing: {two:.1f} s on 2 workers, "
+              f"{one:.1f} s on 1 ({one / two:.2f}x), {rec.simulations} simulations (identical answers)")
+        for r in rec.classes:
+            predicted, f = r.predicted or {}, r.fleet
+            print(f"  {r.name:10s} feasible {r.feasible!s:5s} {r.config['max_num_seqs']}/"
+                  f"{r.config['max_num_batched_tokens']} {r.max_qps_per_replica:.2f} req/s/replica ({r.verdict}, "
+                  f"queue p99 {r.queue_ms['p99']:,.0f} ms) TTFT p99 "
+                  f"{predicted.get('ttft_ms', {}).get('p99', float('nan')):,.0f} ms TPOT p99 "
+                  f"{predicted.get('tpot_ms', {}).get('p99', float('nan')):.1f} ms; replicas {r.replicas_for_peak}"
+                  + (f", {f.confident_replicas} at 90% (held in {f.held_share:.0%}), x{f.growth:g}: "
+                     f"{f.growth_replicas}" if f and f.replicas else ""))
 
 
 if __name__ == "__main__":

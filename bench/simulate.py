@@ -1,8 +1,9 @@
 """Simulator speed: 100,000 requests with Azure-conversation-like lengths at about 75% load through vLLM V1.
 
 Prints simulated requests per wall-clock second (goal ≥ 100,000 on one core) and the speedup over the reference
-loop (planner/sim/reference.py) measured in the same run on a prefix of the same workload. Usage:
-    python bench/simulate.py [--requests 100000]
+loop (planner/sim/reference.py) measured in the same run on a prefix of the same workload; then a 16-replica fleet
+behind each router at 16× the rate (goal ≥ 100,000 simulated requests per wall second on one core). Usage:
+    python bench/simulate.py [--requests 100000] [--fleet-requests 200000]
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.engines import ENGINES  # noqa: E402
+from planner.sim.fleet import Fleet  # noqa: E402
 from planner.sim.reference import run_reference  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
+from planner.sim.routers import ROUTERS  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
 from planner.sim.workload import SimWorkload, poisson_or_gamma  # noqa: E402
 
@@ -41,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--reference-requests", type=int, default=3_000)
+    parser.add_argument("--fleet-requests", type=int, default=200_000)
     args = parser.parse_args()
     scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
     cfg = scenario.settings
@@ -66,6 +70,22 @@ def main() -> None:
     print(f"reference loop: {prefix.n:,} requests in {ref_s:.2f} s = {prefix.n / ref_s:,.0f} requests/s; fast on the "
           f"same prefix {fast_s:.4f} s; speedup {ref_s / fast_s:,.0f}x (identical results)")
     sessions(work, scenario)
+    fleet(args.fleet_requests, qps, rate, scenario)
+
+
+def fleet(n: int, qps: float, single_rate: float, scenario: Scenario, replicas: int = 16) -> None:
+    """A 16-replica fleet on one clock, each replica at the single run's load (goal ≥ 100,000 simulated requests
+    per wall second on one core); the ratio is against the single replica's rate measured above."""
+    work = azure_conv_like(n, qps * replicas, seed=2)
+    for router in ROUTERS:
+        result = simulate(work, scenario, fleet=Fleet(replicas, router))
+        summary = summarize(result)
+        rate = work.n / result.sim_wall_s
+        shares = np.bincount(result.replica[result.replica >= 0], minlength=replicas)
+        print(f"fleet of {replicas} ({router}): {work.n:,} requests, {result.steps:,} steps in "
+              f"{result.sim_wall_s:.3f} s = {rate:,.0f} simulated requests/s ({rate / single_rate:.2f}x one "
+              f"replica's rate); TTFT p99 {summary.ttft_ms.p99:.0f} ms, TPOT p99 {summary.tpot_ms.p99:.1f} ms, "
+              f"queue {summary.verdict}; requests per replica {shares.min():,}–{shares.max():,}")
 
 
 def sessions(work: SimWorkload, scenario: Scenario, count: int = 2) -> None:

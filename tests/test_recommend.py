@@ -107,6 +107,11 @@ def test_recommend_cli_contract(tmp_path):
         assert set(c["config"]) >= {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"}
         assert "p99" in c["predicted"]["ttft_ms"] and "p99" in c["predicted"]["tpot_ms"]
     assert obj["classes"][0]["slo"] == {"ttft_p99_ms": 3000.0}
+    # CONTRACT.md Additions: each class row names its router and carries queue_ms and the verdict at its rate
+    for c in obj["classes"]:
+        assert c["router"] == "least-loaded" and c["verdict"] == "stable"
+        assert 0 <= c["queue_ms"]["p99"] <= 5000
+        assert c["replicas_for_peak"] == c["fleet"]["replicas"] >= 1
     bad = run_cli("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--slo", "x",
                   "--json", db=db, check=False)
     assert bad.returncode == 2 and "NAME:METRIC<VALUE" in bad.stderr

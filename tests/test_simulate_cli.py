@@ -22,6 +22,29 @@ def test_simulate_synthetic_contract(tmp_path):
     assert obj["settings"]["max_num_seqs"] == 256 and obj["settings"]["max_num_batched_tokens"] == 2048
     again = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "s.duckdb")
     assert again["ttft_ms"] == obj["ttft_ms"]                     # deterministic for a seed
+    # CONTRACT.md Additions, a single replica
+    assert obj["replicas"] == 1 and obj["router"] == "least-loaded" and obj["per_replica"] == []
+    assert obj["verdict"] in ("stable", "backlogged", "overloaded")
+    assert obj["prefix_cache"] == {"hit_rate": 0.0, "hit_tokens": 0, "prompt_tokens": 300 * 512}
+
+
+def test_simulate_fleet_contract(tmp_path):
+    spec = "requests=2000,input=512,output=uniform:64:512,qps=40,arrival=gamma:2,seed=3"
+    obj = cli_json("simulate", "--synthetic", spec, *BASE, "--replicas", "4", "--router", "round-robin",
+                   db=tmp_path / "s.duckdb")
+    assert obj["replicas"] == 4 and obj["router"] == "round-robin"
+    assert [r["requests"] for r in obj["per_replica"]] == [500] * 4
+    assert {"requests", "ttft_ms", "tpot_ms", "prefix_cache"} <= set(obj["per_replica"][0])
+    assert sum(r["prefix_cache"]["prompt_tokens"] for r in obj["per_replica"]) == obj["prefix_cache"]["prompt_tokens"]
+    # the fleet's percentiles cover every request: its p99 lies within the replicas' range
+    p99s = [r["ttft_ms"]["p99"] for r in obj["per_replica"]]
+    assert min(p99s) <= obj["ttft_ms"]["p99"] <= max(p99s)
+    one = cli_json("simulate", "--synthetic", spec, *BASE, db=tmp_path / "s.duckdb")
+    assert one["verdict"] == "overloaded" and obj["verdict"] == "stable"   # 40 req/s is four replicas' load
+    for bad, message in ((["--replicas", "0"], "--replicas 0"), (["--replicas", "2", "--router", "x"], "--router"),
+                         (["--replicas", "2", "--engine", "static", "--router", "least-loaded"], "round-robin")):
+        proc = run_cli("simulate", "--synthetic", spec, *BASE, *bad, db=tmp_path / "s.duckdb", check=False)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_simulate_flags_move_results_the_right_way(tmp_path):

@@ -55,8 +55,8 @@ class Memo:
 
 
 def parallel_map(fn: Callable[[T, Callable[[float, str], None]], R], items: Iterable[T],
-                 progress: Callable[[float, str], None] | None = None, workers: int = WORKERS) -> list[R]:
-    """``[fn(item, report) for item in items]`` on ``workers`` threads, in order. Each call reports its own
+                 progress: Callable[[float, str], None] | None = None, workers: int | None = None) -> list[R]:
+    """``[fn(item, report) for item in items]`` on ``workers`` threads (default :data:`WORKERS`), in order. Each call reports its own
     progress (0–1, message) through ``report``; the caller's ``progress`` sees the mean over the items, called
     from the calling thread only."""
     items = list(items)
@@ -72,7 +72,7 @@ def parallel_map(fn: Callable[[T, Callable[[float, str], None]], R], items: Iter
         state[i] = (1.0, state[i][1])
         return out
 
-    with ThreadPoolExecutor(max(1, min(workers, len(items)))) as pool:
+    with ThreadPoolExecutor(max(1, min(workers or WORKERS, len(items)))) as pool:
         futures = [pool.submit(call, i, item) for i, item in enumerate(items)]
         pending = set(futures)
         while pending:
