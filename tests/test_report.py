@@ -63,6 +63,11 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
                for i in images)
     (row,) = [r for r in body["recommendations"]["classes"] if r["slo"]]
     assert html.escape(row["launch_command"]) in page and row["launch_command"] in md
+    # the fleet: its table in both twins, the replicas-vs-SLO chart in the Recommendations section
+    assert "Fleet at the trace" in page and "Fleet at the trace" in md and "one fewer fails" in md
+    recommendations = page.split('<section id="recommendations">')[1].split("</section>")[0]
+    assert f'alt="{row["name"]}:fleet"' in recommendations and f'alt="{row["name"]}:schedule"' in recommendations
+    assert row["fleet"]["replicas"] == row["replicas_for_peak"] and row["router"] == "least-loaded"
     # reproducible: the scenario, cost model, model config and a command that rebuilds the report
     assumptions = body["assumptions"]
     assert assumptions["cost_model"]["mfu"] == 0.55 and assumptions["model_config"]["layers"] == 32
