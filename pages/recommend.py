@@ -40,9 +40,10 @@ for r in out.classes:
             f = r.fleet
             st.markdown(f"**{f.replicas} replicas** behind {f.router} hold {r.name} on this trace"
                         + (f"; **{f.confident_replicas}** meet it with {f.confidence:.0%} confidence "
-                           f"({f.resamples} resamples of whole {f.block_s:g}-s blocks; {f.replicas} hold in "
+                           f"({f.resamples} resamples of whole {f.block_s:.0f}-s blocks; {f.replicas} hold in "
                            f"{f.held_share:.0%})" if f.confident_replicas else "")
-                        + f". Traffic × {f.growth:g} needs {f.growth_replicas}."
+                        + (f". Traffic × {f.growth:g} needs {f.growth_replicas}." if f.growth_replicas else
+                           f". At traffic × {f.growth:g} no fleet up to 4,096 replicas holds it.")
                         + (f" Scaling per window instead of provisioning for the peak all day saves "
                            f"{f.gpu_hours_saved:,.1f} of {f.gpu_hours_peak:,.1f} GPU-hours over the trace."
                            if f.gpu_hours_saved is not None else ""))

@@ -6,6 +6,7 @@ from pages._scenario import URL, current
 from pages._shared import require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
+from planner.sim.engines import get_engine
 from planner.sim.routers import ROUTERS
 from planner.sim.run import default_router
 
@@ -21,9 +22,10 @@ spec = c[3].text_input("Synthetic spec", "requests=2000,input=512,output=uniform
 c = st.columns(4)
 replicas = c[0].number_input("Replicas", 1, 4096, 1, 1, key="replicas", **URL,
                              help="identical replicas of the scenario behind one router, on one clock")
-routers = list(ROUTERS)
+# an engine whose loop runs one replica is split round-robin (exact: the choice reads no state): offer only that
+routers = list(ROUTERS) if get_engine(s.engine).fleet_loop else [default_router(s.engine)]
 router = c[1].selectbox("Router", routers, index=routers.index(default_router(s.engine)), key="router", **URL,
-                        help="; ".join(f"{r.name}: {r.help}" for r in ROUTERS.values()))
+                        help="; ".join(f"{r.name}: {r.help}" for r in ROUTERS.values() if r.name in routers))
 if source != "synthetic" and info is None:
     st.info("Select a trace in the sidebar, or use a synthetic workload.")
     st.stop()

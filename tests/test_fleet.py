@@ -97,16 +97,20 @@ def test_prefix_aware_keeps_sessions_home_until_their_replica_is_much_busier():
     sessions = rng.integers(0, 12, n)
     work = sorted_workload(np.sort(rng.uniform(0, 300, n)), rng.integers(100, 800, n), rng.integers(10, 200, n),
                            "sessions", group=sessions)
-    sticky = simulate(work, SCENARIO, fleet=Fleet(4, "prefix-aware"))
+    scenario = Scenario(MODEL, GPU, max_model_len=8192)       # the real pool: its quarter is the margin
+    margin = scenario.settings.num_blocks * scenario.block_size // 4
+    sticky = simulate(work, scenario, fleet=Fleet(4, "prefix-aware"))
     homes = [np.unique(sticky.replica[work.group == g]).size for g in range(12)]
     assert homes == [1] * 12                     # light load: every session stays on one replica
-    spread = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"))
+    spread = simulate(work, scenario, fleet=Fleet(4, "least-loaded"))
     assert max(np.unique(spread.replica[work.group == g]).size for g in range(12)) > 1
-    # one session carrying everything at once: its replica gets far busier and the session moves
-    burst = sorted_workload(np.zeros(64), np.full(64, 2000), np.full(64, 100), "one session",
-                            group=np.zeros(64, int))
-    moved = simulate(burst, SCENARIO, fleet=Fleet(4, "prefix-aware"))
+    # one session carrying everything at once: its replica passes the margin and the session moves on, in turn
+    burst = sorted_workload(np.zeros(400), np.full(400, 2000), np.full(400, 100), "one session",
+                            group=np.zeros(400, int))
+    moved = simulate(burst, scenario, fleet=Fleet(4, "prefix-aware"))
     assert np.unique(moved.replica).size == 4
+    # the home takes requests until its load (2,000 tokens each) passes the margin over the idle replicas
+    assert int(np.argmax(moved.replica != 0)) == margin // 2000 + 1
 
 
 def test_engines_without_a_fleet_loop_take_round_robin_only():
@@ -149,6 +153,38 @@ def test_verdicts_light_load_stable_a_drained_surge_backlogged_overload_overload
     assert over.completed.all()
     # ... and the verdict is the summary's "saturated"
     assert summarize(over).saturated and not summarize(_run(0.4 * capacity)).saturated
+
+
+def test_tiny_and_one_instant_traces_get_sensible_verdicts():
+    two = np.array([0.0, 0.05])
+    assert verdict(two, two + np.array([0.0, 0.03]), np.zeros(2, bool)) == "stable"     # 2 requests: noise
+    burst = np.zeros(3000)
+    started = np.repeat(np.arange(30.0), 100)          # 100 start per step: the rest wait for later steps
+    assert verdict(burst, started, np.zeros(3000, bool)) == "backlogged"
+    assert verdict(burst, np.zeros(3000), np.zeros(3000, bool)) == "stable"
+    assert verdict(burst, np.where(started < 20, started, np.nan), np.zeros(3000, bool)) == "overloaded"
+
+
+def test_queue_p99_handles_requests_never_scheduled():
+    work = synthetic("requests=101,input=100,output=5,qps=10,seed=1")
+    result = simulate(work, SCENARIO)
+    assert result.queue_p99_s() == pytest.approx(np.percentile(result.queue_s, 99))
+    one_never = replace(result, first_scheduled=np.where(np.arange(101) == 100, np.nan, result.first_scheduled))
+    # the 99th percentile of 101 values is the 100th smallest: the largest of the 100 that were scheduled
+    assert one_never.queue_p99_s() == result.queue_s[:100].max()
+    two_never = replace(result, first_scheduled=np.where(np.arange(101) >= 99, np.nan, result.first_scheduled))
+    assert two_never.queue_p99_s() == np.inf
+
+
+def test_a_request_larger_than_the_kv_pool_breaks_the_configuration():
+    from planner.recommend.slo import SLOClass, holds, meets
+
+    work = sorted_workload(np.arange(20) * 1.0, np.r_[np.full(19, 100), 7000], np.full(20, 5), "one huge")
+    tight = SCENARIO.replace(num_gpu_blocks=100)            # 1,600 tokens: the 7,000-token prompt never fits
+    result = simulate(work, tight)
+    assert result.rejected.sum() == 1 and not result.too_long.any()
+    assert "more KV blocks than the pool" in holds(result)
+    assert not meets(result, SLOClass("throughput"))
 
 
 def test_verdict_counts_requests_never_scheduled_as_waiting():

@@ -64,11 +64,15 @@ def test_the_confident_count_is_the_90th_percentile_of_what_each_resample_needs(
     assert sized.held_share == np.mean([_holds(s, sized.replicas) for s in samples])
 
 
-def test_growth_needs_at_least_as_many_and_the_schedule_covers_the_trace(sized):
+def test_growth_needs_at_least_as_many_and_the_schedule_covers_the_trace(busy, sized):
     assert sized.growth_replicas >= sized.replicas
     windows = sized.schedule
     assert windows[0]["start_s"] == 0 and len(windows) == 6
     assert sum(w["requests"] for w in windows) == 6000
+    # on the trace's own clock, the rates × the headroom of 2
+    span = float(np.ptp(busy.arrival_s))
+    assert windows[-1]["end_s"] == pytest.approx(span)
+    assert windows[0]["rate_rps"] == pytest.approx(windows[0]["requests"] / (span / 6) * 2)
     assert all(1 <= w["replicas"] for w in windows)
     hours = windows[-1]["end_s"] / 3600
     assert sized.gpu_hours_peak == pytest.approx(sized.replicas * hours)
@@ -89,6 +93,16 @@ def test_block_bootstrap_keeps_whole_minutes():
     original = work.arrival_s[sample.input_tokens - 1]
     np.testing.assert_allclose(sample.arrival_s % 60, original % 60, atol=1e-9)
     assert block_bootstrap(work, 3, 60.0).arrival_s.tolist() == sample.arrival_s.tolist()   # seeded
+
+
+def test_resamples_of_a_short_trace_keep_its_rate():
+    # under ten minutes the span is cut into ten equal blocks: no partial or empty block thins the resamples
+    work = synthetic("requests=600,input=100,output=10,qps=2.05,seed=3")
+    block = block_seconds(work)
+    assert block == pytest.approx(np.ptp(work.arrival_s) / 10)
+    sizes = [block_bootstrap(work, seed, block).n for seed in range(200)]
+    assert np.mean(sizes) == pytest.approx(work.n, rel=0.03)
+    assert all(np.ptp(block_bootstrap(work, s, block).arrival_s) <= np.ptp(work.arrival_s) + 1e-9 for s in range(20))
 
 
 def test_the_plan_sizes_each_class_by_simulation_not_by_division():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import math
+
 import altair as alt
 import polars as pl
 
@@ -65,15 +67,17 @@ def fleet_chart(row: ClassRecommendation, max_queue_s: float) -> alt.HConcatChar
     point per fleet simulated, filled where the class holds."""
     fleet = row.fleet
     metric = row.slo_focus_label
-    frame = pl.DataFrame([{"replicas": p.replicas, "metric_ms": p.metric_ms, "queue_p99_ms": p.queue_p99_ms,
-                           "holds": "holds" if p.holds else "fails", "verdict": p.verdict}
-                          for p in fleet.curve])
+    def finite(v: float) -> float | None:       # an aborted fleet's infinite queue is left off the axis
+        return v if math.isfinite(v) else None
+    frame = pl.DataFrame([{"replicas": p.replicas, "metric_ms": finite(p.metric_ms),
+                           "queue_p99_ms": finite(p.queue_p99_ms), "holds": "holds" if p.holds else "fails",
+                           "verdict": p.verdict} for p in fleet.curve])
     panels = []
     for column, title, limit in (("metric_ms", f"{metric} (ms)", row.slo_limit_ms),
                                  ("queue_p99_ms", "queueing p99 (ms)", max_queue_s * 1e3)):
         base = alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(filled=True, size=60)).encode(
             x=alt.X("replicas:Q", title=f"replicas ({fleet.router})", axis=alt.Axis(tickMinStep=1)),
-            y=alt.Y(f"{column}:Q", title=title, scale=alt.Scale(type="log")),
+            y=alt.Y(f"{column}:Q", title=title, scale=alt.Scale(type="symlog")),   # 0 ms queueing is common
             tooltip=["replicas:Q", alt.Tooltip(f"{column}:Q", format=",.1f"), "holds:N", "verdict:N"])
         dots = alt.Chart(frame).mark_point(size=80, filled=True).encode(
             x="replicas:Q", y=f"{column}:Q", color=alt.Color("holds:N", scale=alt.Scale(

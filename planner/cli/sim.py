@@ -135,7 +135,8 @@ def cmd_recommend(args) -> None:
     lines = [f"{r.name:12s} {'ok ' if r.feasible else 'NO '} qps/replica {r.max_qps_per_replica:.2f} "
              f"({r.verdict}, queue p99 {r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}"
              + (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
-                if r.fleet and r.fleet.replicas else "") + f"  {r.launch_command}" for r in rec.classes]
+                if r.fleet and r.fleet.confident_replicas else f" ({r.router})" if r.fleet else "")
+             + f"  {r.launch_command}" for r in rec.classes]
     if comparison:
         lines += comparison.lines()
     if rec.rejection_note:
@@ -164,9 +165,6 @@ def add_recommend_flags(p) -> None:
                    help="block-bootstrap resamples (whole minutes) behind the replica count's 90%% confidence "
                         "(default 20; 0: none)")
     p.add_argument("--growth", type=float, help="what-if: replicas for the traffic grown by this (default 1.5)")
-    p.add_argument("--gpu-options", metavar="GPU[=PRICE],GPU",
-                   help="compare these GPUs per class by the fleet's $/hour and $/M output tokens (PRICE: USD per "
-                        "GPU-hour, default the preset's)")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
@@ -210,6 +208,9 @@ def add_simulation_commands(command) -> None:
 
     p = command("recommend", "per SLO class: the vLLM settings that sustain the most requests/s on the trace")
     add_recommend_flags(p)
+    p.add_argument("--gpu-options", metavar="GPU[=PRICE],GPU",
+                   help="compare these GPUs per class by the fleet's $/hour and $/M output tokens (PRICE: USD per "
+                        "GPU-hour, default the preset's)")
     p.add_argument("--details", action="store_true",
                    help="add knob sweeps, the Pareto front, a tornado of ±20%% changes and the diagnosis per class")
     p.set_defaults(func=cmd_recommend)

@@ -14,7 +14,6 @@ from planner.errors import PlannerError
 from planner.recommend.plan import Recommendation, RecommendOptions, plan_recommendation
 from planner.scenario import Scenario
 from planner.sim.workload import SimWorkload
-from planner.tables import Table
 from planner.workload.rates import arrival_rate_rps
 
 
@@ -46,36 +45,42 @@ class GpuComparison:
     output_tokens_per_hour: float
 
     def rows(self) -> list[dict]:
+        """Per GPU and class: the fleet's point estimate and its cost, and the count with 90% confidence and its
+        cost (None without resamples, or where a resample needs more than the largest fleet)."""
         out = []
         for gpu, rec in self.by_gpu.items():
             for c in rec.classes:
-                replicas = c.fleet.confident_replicas if c.fleet and c.fleet.confident_replicas else \
-                    c.replicas_for_peak
-                per_hour = rec_price(rec, c, replicas)
+                sure = c.fleet.confident_replicas if c.fleet else None
+                per_hour, sure_per_hour = rec_price(rec, c, c.replicas_for_peak), rec_price(rec, c, sure)
                 out.append({"gpu": gpu, "class": c.name, "feasible": c.feasible, "tp": c.tp,
-                            "replicas": replicas, "gpus": replicas * c.tp if replicas else None,
-                            "cost_per_hour": per_hour,
-                            "cost_per_million_output_tokens": per_hour / (self.output_tokens_per_hour / 1e6)
-                            if per_hour is not None and self.output_tokens_per_hour else None})
+                            "replicas": c.replicas_for_peak,
+                            "gpus": c.replicas_for_peak * c.tp if c.replicas_for_peak else None,
+                            "cost_per_hour": per_hour, "cost_per_million_output_tokens": self._per_million(per_hour),
+                            "replicas_confident": sure, "cost_per_hour_confident": sure_per_hour,
+                            "cost_per_million_output_tokens_confident": self._per_million(sure_per_hour)})
         return out
 
+    def _per_million(self, per_hour: float | None) -> float | None:
+        return per_hour / (self.output_tokens_per_hour / 1e6) if per_hour is not None and \
+            self.output_tokens_per_hour else None
+
+    def basis(self) -> str:
+        """What ``cheapest`` compares: the 90%-confidence fleets where every feasible option has one, else the
+        point estimates (one kind of count for all, never a mix)."""
+        feasible = [r for r in self.rows() if r["cost_per_hour"] is not None]
+        return "confident" if feasible and all(r["cost_per_hour_confident"] is not None for r in feasible) \
+            else "point"
+
     def cheapest(self) -> dict[str, str | None]:
+        key = "cost_per_hour_confident" if self.basis() == "confident" else "cost_per_hour"
         best: dict[str, tuple[float, str] | None] = {}
         for row in self.rows():
-            cost = row["cost_per_hour"]
+            cost = row[key]
             current = best.get(row["class"])
             if cost is not None and (current is None or cost < current[0]):
                 best[row["class"]] = (cost, row["gpu"])
             best.setdefault(row["class"], None)
         return {name: (b[1] if b else None) for name, b in best.items()}
-
-    def table(self) -> Table:
-        cheapest = self.cheapest()
-        rows = [[r["class"], r["gpu"], r["tp"], r["replicas"], r["gpus"], r["cost_per_hour"],
-                 r["cost_per_million_output_tokens"], "cheapest" if cheapest.get(r["class"]) == r["gpu"] else ""]
-                for r in self.rows()]
-        return Table("Fleets by GPU (replicas with 90% confidence)", ["class", "GPU", "TP", "replicas", "GPUs",
-                                                                     "$/hour", "$/M output tokens", ""], rows)
 
     def lines(self) -> list[str]:
         out = [f"{name}: cheapest on {gpu}" if gpu else f"{name}: no GPU option holds it"
@@ -83,7 +88,8 @@ class GpuComparison:
         return out + [f"{gpu}: skipped ({why})" for gpu, why in self.skipped.items()]
 
     def to_dict(self) -> dict:
-        return {"options": self.rows(), "cheapest": self.cheapest(), "skipped": self.skipped,
+        return {"options": self.rows(), "cheapest": self.cheapest(), "cheapest_by": self.basis(),
+                "skipped": self.skipped,
                 "output_tokens_per_hour": self.output_tokens_per_hour}
 
 

@@ -82,11 +82,12 @@ class FleetSizing:
 
 
 def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload:
-    """One resample of ``work``: as many blocks of ``block_s`` seconds as the trace spans, drawn with replacement
-    and laid end to end, each block's requests keeping their offsets, lengths and (per copy, distinct) groups."""
+    """One resample of ``work``: its span cut into whole blocks of ``block_s`` seconds (:func:`block_seconds`
+    divides the span evenly), as many drawn with replacement and laid end to end, each block's requests keeping
+    their offsets, lengths and (per copy, distinct) groups."""
     start = work.arrival_s - work.arrival_s.min()
-    blocks = max(1, math.ceil((float(start.max()) + 1e-9) / block_s))
-    which = np.minimum((start // block_s).astype(np.int64), blocks - 1)
+    blocks = max(1, int(round(float(start.max()) / block_s))) if block_s > 0 else 1
+    which = np.minimum((start // block_s).astype(np.int64), blocks - 1) if block_s > 0 else np.zeros(work.n, int)
     order = np.argsort(which, kind="stable")
     bounds = np.searchsorted(which[order], np.arange(blocks + 1))
     draws = np.random.default_rng(seed).integers(0, blocks, blocks)
@@ -104,8 +105,10 @@ def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload
 
 
 def block_seconds(work: SimWorkload) -> float:
+    """The bootstrap's block: the span divided evenly into whole blocks of about a minute (at least
+    :data:`MIN_BLOCKS`), so no block is partial and a resample spans what the trace spans."""
     span = float(np.ptp(work.arrival_s)) if work.n else 0.0
-    return BLOCK_S if span >= BLOCK_S * MIN_BLOCKS else max(span / MIN_BLOCKS, 1e-3)
+    return span / max(MIN_BLOCKS, round(span / BLOCK_S)) if span > 0 else 0.0
 
 
 class FleetSearch:
@@ -127,19 +130,25 @@ class FleetSearch:
         return self.cache.get((key, replicas), compute)
 
     def smallest(self, key, work: SimWorkload, guess: int) -> int | None:
-        """The smallest N whose fleet holds on ``work``, searched from ``guess`` (down while N − 1 holds, else
-        doubling up, then bisecting); None when even :data:`MAX_REPLICAS` do not."""
+        """The smallest N whose fleet holds on ``work``, searched from ``guess``: galloping down while fleets
+        hold, or up while they fail, then bisecting the bracket (a fleet that holds is assumed to hold with more
+        replicas); None when even :data:`MAX_REPLICAS` do not."""
         guess = min(max(1, guess), MAX_REPLICAS)
         if self.point(key, work, guess).holds:
-            n = guess
-            while n > 1 and self.point(key, work, n - 1).holds:
-                n -= 1
-            return n
-        lo, hi = guess, min(guess * 2, MAX_REPLICAS)
-        while not self.point(key, work, hi).holds:
-            if hi == MAX_REPLICAS:
-                return None
-            lo, hi = hi, min(hi * 2, MAX_REPLICAS)
+            hi, step = guess, 1
+            lo = hi - step
+            while lo >= 1 and self.point(key, work, lo).holds:
+                hi, step = lo, step * 2
+                lo = hi - step
+            lo = max(lo, 0)              # 0 replicas: serves nothing, fails by definition
+        else:
+            lo, step = guess, 1
+            hi = min(lo + step, MAX_REPLICAS)
+            while not self.point(key, work, hi).holds:
+                if hi == MAX_REPLICAS:
+                    return None
+                lo, step = hi, step * 2
+                hi = min(lo + step, MAX_REPLICAS)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.point(key, work, mid).holds:
@@ -186,8 +195,8 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
     confident = _quantile_count(needs, CONFIDENCE) if resamples else None
     grown = replace(work, arrival_s=work.arrival_s / growth)
     growth_replicas = search.smallest("growth", grown, math.ceil(point * growth))
-    schedule = _schedule(search, work, point)
-    hours = float(np.ptp(work.arrival_s)) / 3600
+    schedule = _schedule(search, workload, headroom, qps_per_replica)
+    hours = float(np.ptp(workload.arrival_s)) / 3600
     scheduled = sum(w["replicas"] * (w["end_s"] - w["start_s"]) / 3600 for w in schedule) * scenario.tp \
         if schedule and all(w["replicas"] is not None for w in schedule) else None
     return FleetSizing(router, point, _curve(search, "trace"), confident, CONFIDENCE, resamples, held, block,
@@ -205,25 +214,28 @@ def _curve(search: FleetSearch, key) -> list[FleetPoint]:
     return sorted((p for (k, _), p in search.cache.items() if k == key), key=lambda p: p.replicas)
 
 
-def _schedule(search: FleetSearch, work: SimWorkload, point: int) -> list[dict]:
-    """Replicas each window of the trace needs (its own requests, at their times), starting from the whole
-    trace's count."""
-    span = float(np.ptp(work.arrival_s))
+def _schedule(search: FleetSearch, workload: SimWorkload, headroom: float, qps_per_replica: float) -> list[dict]:
+    """Replicas each window of the trace needs: the window's own requests at their times × ``headroom`` (the
+    windows and rates are on the trace's own clock, the rates already × ``headroom``)."""
+    span = float(np.ptp(workload.arrival_s))
     if span <= 0:
         return []
     width = SCHEDULE_WINDOW_S if span >= 2 * SCHEDULE_WINDOW_S else span / 6
     windows = min(SCHEDULE_MAX_WINDOWS, math.ceil(span / width))
     width = span / windows
-    start = work.arrival_s.min()
-    which = np.minimum(((work.arrival_s - start) // width).astype(np.int64), windows - 1)
+    start = workload.arrival_s.min()
+    which = np.minimum(((workload.arrival_s - start) // width).astype(np.int64), windows - 1)
     rows = []
     for w in range(windows):
         mask = which == w
+        rate = float(mask.sum() / width * headroom)
         row = {"window": w, "start_s": w * width, "end_s": (w + 1) * width, "requests": int(mask.sum()),
-               "rate_rps": float(mask.sum() / width), "replicas": 1}     # an idle window keeps one replica up
+               "rate_rps": rate, "replicas": 1}      # an idle window keeps one replica up
         if mask.any():
-            part = SimWorkload(work.arrival_s[mask], work.input_tokens[mask], work.output_tokens[mask],
-                               f"window {w}", None if work.group is None else work.group[mask])
-            row["replicas"] = search.smallest(("window", w), part, point)
+            part = SimWorkload(workload.arrival_s[mask] / headroom, workload.input_tokens[mask],
+                               workload.output_tokens[mask], f"window {w}",
+                               None if workload.group is None else workload.group[mask])
+            guess = max(1, math.ceil(rate / qps_per_replica)) if qps_per_replica > 0 else 1
+            row["replicas"] = search.smallest(("window", w), part, guess)
         rows.append(row)
     return rows

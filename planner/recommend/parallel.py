@@ -72,7 +72,8 @@ def parallel_map(fn: Callable[[T, Callable[[float, str], None]], R], items: Iter
         state[i] = (1.0, state[i][1])
         return out
 
-    with ThreadPoolExecutor(max(1, min(workers or WORKERS, len(items)))) as pool:
+    pool = ThreadPoolExecutor(max(1, min(workers or WORKERS, len(items))))
+    try:
         futures = [pool.submit(call, i, item) for i, item in enumerate(items)]
         pending = set(futures)
         while pending:
@@ -81,3 +82,6 @@ def parallel_map(fn: Callable[[T, Callable[[float, str], None]], R], items: Iter
                 latest = max(range(len(items)), key=lambda i: (0 < state[i][0] < 1, state[i][0]))
                 progress(sum(f for f, _ in state) / max(len(items), 1), state[latest][1])
         return [f.result() for f in futures]
+    finally:
+        # a failure (or the caller's progress raising, as a Streamlit rerun does) drops the work not yet started
+        pool.shutdown(wait=True, cancel_futures=True)

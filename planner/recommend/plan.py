@@ -5,7 +5,6 @@ class by requests/s per GPU, and optionally each winner's sweeps and diagnosis. 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import asdict, dataclass, replace
 from itertools import product
 from typing import Callable
@@ -184,7 +183,7 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
                       compared=[{"tp": c[0], "max_new_tokens": c[1], "preemption_mode": c[2],
                                  "qps_per_gpu": rows[i].qps_per_gpu} for c, rows in rows_by.items()])
         row = _with_fleet(row, searches[best], slo, options, _scaled(progress, len(combos) + i, len(combos)
-                                                                      + len(classes), f"{slo.name}: fleet "))
+                                                                      + len(classes), f"{slo.name}: "))
         if options.details:
             from planner.recommend.diagnosis import class_details
 
@@ -210,13 +209,9 @@ def _with_fleet(row: ClassRecommendation, search: Search, slo: SLOClass, options
         progress(0.0, f"sizing the fleet behind {options.router}")
     cfg = row.config
     scenario = search.config(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"])
-
-    def counted():
-        with _COUNT_LOCK:
-            search.simulations += 1
     fleet = size_fleet(search.workload, scenario, slo, row.max_qps_per_replica, router=options.router,
                        headroom=options.headroom, max_queue_s=options.max_queue_s, resamples=options.resamples,
-                       growth=options.growth, counter=counted)
+                       growth=options.growth, counter=search.count)
     if progress:
         progress(1.0, f"{fleet.replicas} replicas")
     replicas = fleet.replicas
@@ -224,9 +219,6 @@ def _with_fleet(row: ClassRecommendation, search: Search, slo: SLOClass, options
     return replace(row, router=options.router, fleet=fleet, replicas_for_peak=replicas,
                    gpus=replicas * scenario.tp if replicas else None,
                    cost_per_hour=price * replicas if replicas else None)
-
-
-_COUNT_LOCK = threading.Lock()
 
 
 def _scaled(progress, index: int, count: int, prefix: str):

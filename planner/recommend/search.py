@@ -62,14 +62,19 @@ class Search:
             work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
             # a request waiting 20× the queueing bound already fails every class: stop that replay there
             return self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=self.max_queue_s * 20)
-        return self.cache.get((seqs, budget, chunked, round(scale, 6)), compute)
+        # nine significant digits: the same scale reached by two paths (a sweep's factor, a bisection) shares a key
+        return self.cache.get((seqs, budget, chunked, float(f"{scale:.9g}")), compute)
 
     def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf,
                fleet: Fleet = ONE) -> SimResult:
         """One simulation of a variation of this search's scenario, counted (from any thread)."""
+        self.count()
+        return simulate(work, scenario, fleet=fleet, abort_wait_s=abort_wait_s)
+
+    def count(self) -> None:
+        """Count one simulation made for this search (thread-safe)."""
         with self._count:
             self.simulations += 1
-        return simulate(work, scenario, fleet=fleet, abort_wait_s=abort_wait_s)
 
     def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
         """An upper bound on the sustainable scale: the completion rate with every request queued at once

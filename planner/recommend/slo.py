@@ -102,7 +102,10 @@ def holds(result: SimResult, max_queue_s: float = MAX_QUEUE_S) -> str | None:
     """Why a replay is not a sustainable operating point whatever the class, or None when it is: every request
     completed, the verdict is ``stable`` and p99 queueing stays within ``max_queue_s`` (a replay of a finite trace
     always drains eventually, so a surge that builds a backlog is not "sustainable")."""
-    # requests the engine rejects up front (prompt ≥ max_model_len) are not the configuration's failure
+    # prompts past max_model_len are refused by the API server whatever the settings: not this configuration's
+    # failure; a request larger than the KV pool is
+    if (result.rejected & ~result.too_long).any():
+        return f"{int((result.rejected & ~result.too_long).sum()):,} requests need more KV blocks than the pool holds"
     if (np.isnan(result.finish) & ~result.rejected).any():
         return "requests left unfinished"
     if result.verdict != "stable":

@@ -51,7 +51,8 @@ def fleet_table(recommendation: Recommendation) -> Table:
         rows.append([r.name, f.router, f.replicas, at[f.replicas].ttft_p99_ms, at[f.replicas].tpot_p99_ms,
                      at[f.replicas].queue_p99_ms,
                      f"{f.replicas - 1}: {fewer.why}" if fewer else ("0: no replica" if f.replicas == 1 else None),
-                     f.confident_replicas, f.held_share, f"×{f.growth:g}: {f.growth_replicas}",
+                     f.confident_replicas, f.held_share,
+                     f"×{f.growth:g}: {f.growth_replicas if f.growth_replicas else 'none holds'}",
                      f.gpu_hours_saved])
     return Table(f"Fleet at the trace's rate × {recommendation.headroom:g}, simulated",
                  ["class", "router", "replicas", "TTFT p99 ms", "TPOT p99 ms", "queue p99 ms", "one fewer fails",

@@ -66,9 +66,10 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
 
 @numba.njit(cache=True, nogil=True)
 def route(router, r, replicas, load, group, home, stick_tokens, turn):
-    """The replica request ``r`` goes to, from the router-local state: round-robin by arrival order; least-loaded
-    by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware sends a group (session, shared
-    prefix) back to its replica unless that one holds more than twice the least load plus ``stick_tokens``."""
+    """The replica request ``r`` goes to: round-robin by arrival order (of the requests that fit
+    ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
+    sends a group (session, shared prefix) back to its replica unless that one holds more than twice the least
+    load plus ``stick_tokens``. The replicas' state is read as it stands at the arrival (no metrics staleness)."""
     if router == ROUND_ROBIN or replicas == 1:
         return r % replicas
     best = turn % replicas
@@ -122,7 +123,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     counts = np.zeros(replicas, np.int64)
     frees = np.full(replicas, num_blocks, np.int64)
     clocks = np.zeros(replicas)
-    load = np.zeros(replicas, np.int64)      # outstanding tokens: prompt left to compute plus output left
+    # outstanding tokens: the context of every request routed here and not finished (waiting prompts, queued
+    # prefill and the KV of running requests): what a router can know, not the outputs still to come
+    load = np.zeros(replicas, np.int64)
     home = np.full(max(n_groups, 1), -1, np.int64)
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
@@ -144,7 +147,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 clocks[j] = arrival[r]        # an idle replica wakes at the arrival
             queues[j, (heads[j] + sizes[j]) % ring] = r
             sizes[j] += 1
-            load[j] += prompt[r] + output[r]
+            load[j] += prompt[r]
             next_arrival += 1
             continue
         queue = queues[k]
@@ -175,7 +178,6 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     # everything it generated as its new prompt (recomputed on re-admission)
                     free += blocks[r]
                     blocks[r] = 0
-                    load[k] += computed[r]
                     computed[r] = 0
                     queue[(head + size) % ring] = r
                     size += 1
@@ -190,7 +192,6 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 victim = running[run_count]
                 free += blocks[victim]
                 blocks[victim] = 0
-                load[k] += computed[victim]
                 computed[victim] = 0
                 preemptions[victim] += 1
                 head = (head - 1) % ring
@@ -256,7 +257,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 head = (head + 1) % ring
                 size -= 1
                 rejected[r] = True
-                load[k] -= prompt[r] + output[r]
+                load[k] -= prompt[r] + generated[r]
                 done += 1
                 heads[k], sizes[k], counts[k], frees[k] = head, size, run_count, free
                 continue
@@ -277,16 +278,16 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         for j in range(ns):
             r = sched_req[j]
             computed[r] += sched_tok[j]
-            load[k] -= sched_tok[j]
             if computed[r] == prompt[r] + generated[r]:
                 generated[r] += 1
+                load[k] += 1
                 if generated[r] == 1:
                     first_token[r] = t
                 if generated[r] >= output[r]:
                     finish[r] = t
                     free += blocks[r]
                     blocks[r] = 0
-                    load[k] -= 1          # the last token is sampled, never fed back
+                    load[k] -= prompt[r] + generated[r]
                     done += 1
                     finished_any = True
         if finished_any:

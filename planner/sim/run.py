@@ -55,6 +55,8 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
         raw = eng.run(*args, spec)
     else:
         raw = _round_robin(eng, args, fleet.replicas)
+    if fleet.replicas > 1:     # replicas log at their own step ends, which interleave out of order by a step
+        raw = replace(raw, timeline=raw.timeline[np.argsort(raw.timeline[:, 0], kind="stable")])
     wall = time.perf_counter() - started
     if progress:
         progress(1.0, f"{raw.steps:,} steps in {wall:.2f} s")

@@ -7,13 +7,17 @@ queue grew for minutes still reads stable once the tail drains (``../shared/refe
 * ``waiting(τ)`` = requests arrived by τ that have not been scheduled by τ (never started, or stopped by a
   search's abort), sampled at :data:`SAMPLES` equal steps over the arrival window, from its first arrival to its
   last; the drain after the last arrival is ignored;
-* the noise floor ``h = K · √(n / SAMPLES)``: K Poisson standard deviations of the arrivals in one sampling step
-  (K = 3, inference-sim's backlog-drift factor, which it calls "not empirically calibrated"; so is ours);
+* the noise floor ``h = K · max(√(n / SAMPLES), 1)``: K Poisson standard deviations of the arrivals in one sampling
+  step, and at least K requests (K = 3, inference-sim's backlog-drift factor, which it calls "not empirically
+  calibrated"; so is ours);
 * **overloaded**: at the last arrival more than ``h`` requests wait and the waiting count rose by more than
   ``h`` over the second half of the window (OLS slope × half-window): the queue still grows when load stops;
 * **backlogged**: not overloaded, but at some sample more than ``h`` requests waited (a surge that queued and
   drained, or a queue that plateaued);
 * **stable**: the waiting count never exceeded the noise floor.
+
+A trace whose requests all arrive at one instant has no window: **overloaded** if some are never scheduled,
+**backlogged** if more than K wait for a later step (the burst queues and drains), **stable** otherwise.
 
 Rejected requests (prompts past ``max_model_len``, or larger than the KV pool) never queue and are left out.
 Requests re-queued by preemption had started, so they do not count as waiting: the rule reads admission.
@@ -46,10 +50,15 @@ def verdict(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np.n
     """``stable``, ``backlogged`` or ``overloaded`` by the module's rule."""
     keep = ~rejected
     arrival, started = arrival_s[keep], first_scheduled_s[keep]
+    if not np.isfinite(started).all() and arrival.size < 2:
+        return "overloaded"
     if arrival.size < 2 or np.ptp(arrival) <= 0:
-        return "stable" if np.isfinite(started).all() else "overloaded"
+        if not np.isfinite(started).all():
+            return "overloaded"
+        waited = int(np.sum(started > arrival))
+        return "backlogged" if waited > K_NOISE else "stable"
     _, waiting = waiting_counts(arrival, started)
-    floor = K_NOISE * math.sqrt(arrival.size / SAMPLES)
+    floor = K_NOISE * max(math.sqrt(arrival.size / SAMPLES), 1.0)
     second = np.arange(SAMPLES // 2 - 1, SAMPLES)           # samples from mid-window to the last arrival
     slope = np.polyfit(second.astype(float), waiting[second].astype(float), 1)[0]
     if waiting[-1] > floor and slope * (second.size - 1) > floor:

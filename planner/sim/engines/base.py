@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from planner.sim.kernel import LAZY, reserved_tokens
+from planner.sim.routers.prefix_aware import STICK_POOL_FRACTION
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -58,8 +59,11 @@ class FleetSpec:
     group: np.ndarray
     n_groups: int
 
-    def kernel_args(self, stick_tokens: int) -> tuple:
-        return self.replicas, self.router, self.group, self.n_groups, stick_tokens
+    def kernel_args(self, settings: EngineSettings) -> tuple:
+        """The fleet loop's trailing arguments; a prefix-aware router's margin is a quarter of one replica's KV
+        pool (:mod:`planner.sim.routers.prefix_aware`)."""
+        return (self.replicas, self.router, self.group, self.n_groups,
+                settings.num_blocks * settings.block_size // STICK_POOL_FRACTION)
 
 
 ONE_REPLICA = FleetSpec(1, 0, np.empty(0, np.int64), 0)

@@ -17,7 +17,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
                           ENGINE.reservation, log_every, arrival, False, np.inf,
-                          *fleet.kernel_args(settings.max_num_batched_tokens))
+                          *fleet.kernel_args(settings))
     return RawRun(*out)
 
 

@@ -20,7 +20,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
                           settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
                           settings.priority != "fcfs", settings.abort_wait_s,
-                          *fleet.kernel_args(settings.max_num_batched_tokens))
+                          *fleet.kernel_args(settings))
     return RawRun(*out)
 
 

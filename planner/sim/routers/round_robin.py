@@ -2,6 +2,7 @@
 
 from planner.sim.routers.base import ROUND_ROBIN, Router
 
-ROUTER = Router("round-robin", ROUND_ROBIN, "Request i goes to replica i mod N, whatever their load (inference-sim's "
-                "default). Blind to surges and long prompts: one replica can queue while another idles.",
+ROUTER = Router("round-robin", ROUND_ROBIN, "The i-th request (of those that fit max_model_len) goes to replica i mod "
+                "N, whatever their load (inference-sim's default). Blind to surges and long prompts: one replica "
+                "can queue while another idles.",
                 uses_state=False)
