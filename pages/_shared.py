@@ -170,6 +170,7 @@ def show_table(table, key: str, transpose: bool = False, **kwargs) -> None:
     table = table if isinstance(table, Table) else Table.of(list(table))
     if transpose:
         table = table.transposed()
+        kwargs.setdefault("height", "content")     # a figure per row: every one shown, none behind a scrollbar
     st.dataframe(pl.DataFrame(table.display_columns(), strict=False), hide_index=True, key=key, width="stretch",
                  **kwargs)
 

@@ -23,6 +23,9 @@ CUT_TILES = """() => [...document.querySelectorAll('[data-testid="stMetricValue"
     .map(e => e.innerText)"""
 WIDE_GRIDS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')]
     .filter(e => e.scrollWidth > e.clientWidth + 2).map(e => e.scrollWidth + ' > ' + e.clientWidth)"""
+# grids whose rows hide behind a vertical scrollbar
+TALL_GRIDS = """() => [...document.querySelectorAll('[data-testid="stDataFrame"] .dvn-scroller')]
+    .filter(e => e.scrollHeight > e.clientHeight + 2).map(e => e.scrollHeight + ' > ' + e.clientHeight)"""
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +63,8 @@ def test_no_tile_value_or_table_is_cut_on_any_page(page, screen_server, artifact
         page.screenshot(path=artifacts / f"screen{path.split('?')[0].replace('/', '-')}.png", full_page=True)
         assert page.evaluate(CUT_TILES) == [], path
         assert page.evaluate(WIDE_GRIDS) == [], path
+        if path.startswith("/recommend"):     # the per-class tables (a figure per row) show every row
+            assert page.evaluate(TALL_GRIDS) == [], path
 
 
 def test_the_memory_bar_is_drawn_and_defaults_show_their_values(page, screen_server):
