@@ -126,7 +126,7 @@ def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     else:
         fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
         work = from_fits(*fits, n=10_000, qps=workload["qps"])
-    result = simulate(work, _scenario, fleet=Fleet(workload.get("replicas", 1), workload.get("router", "least-loaded")))
+    result = simulate(work, _scenario, fleet=Fleet(workload["replicas"], workload["router"]))
     return summarize(result), result.ttft_s, result.tpot_s
 
 

@@ -23,7 +23,6 @@ from planner.recommend.parallel import Memo, parallel_map
 from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, meets, slo_load
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
-from planner.sim.fleet import ONE, Fleet
 from planner.sim.results import SimResult
 from planner.sim.run import simulate
 from planner.sim.workload import SimWorkload
@@ -65,11 +64,10 @@ class Search:
         # nine significant digits: the same scale reached by two paths (a sweep's factor, a bisection) shares a key
         return self.cache.get((seqs, budget, chunked, float(f"{scale:.9g}")), compute)
 
-    def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf,
-               fleet: Fleet = ONE) -> SimResult:
+    def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf) -> SimResult:
         """One simulation of a variation of this search's scenario, counted (from any thread)."""
         self.count()
-        return simulate(work, scenario, fleet=fleet, abort_wait_s=abort_wait_s)
+        return simulate(work, scenario, abort_wait_s=abort_wait_s)
 
     def count(self) -> None:
         """Count one simulation made for this search (thread-safe)."""

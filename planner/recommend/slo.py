@@ -110,8 +110,9 @@ def holds(result: SimResult, max_queue_s: float = MAX_QUEUE_S) -> str | None:
         return "requests left unfinished"
     if result.verdict != "stable":
         return f"queue {result.verdict}"
-    if result.queue_p99_s() > max_queue_s:
-        return f"queue p99 {result.queue_p99_s():.1f} s > {max_queue_s:g} s"
+    queue_p99_s = result.queue_p99_s()
+    if queue_p99_s > max_queue_s:
+        return f"queue p99 {queue_p99_s:.1f} s > {max_queue_s:g} s"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,9 +49,9 @@ class SimResult:
     replica: np.ndarray | None = None     # the replica each request went to (-1: rejected up front)
     fleet: Fleet = ONE
 
-    @property
+    @cached_property
     def verdict(self) -> str:
-        """``stable``, ``backlogged`` or ``overloaded`` (:mod:`planner.sim.stability`)."""
+        """``stable``, ``backlogged`` or ``overloaded`` (:mod:`planner.sim.stability`), computed once."""
         return verdict(self.workload.arrival_s, self.first_scheduled, self.rejected)
 
     def queue_p99_s(self) -> float:
@@ -202,7 +203,6 @@ class SimulationSummary:
     duration_s: float
     sim_wall_s: float
     steps: int
-    saturated: bool
     settings: dict
     per_input_bucket: list[BucketLatency]
     timeline: Timeline
@@ -211,6 +211,11 @@ class SimulationSummary:
     verdict: str = "stable"
     prefix_cache: dict = field(default_factory=lambda: prefix_cache_stats(0))
     per_replica: list[ReplicaSummary] = field(default_factory=list)
+
+    @property
+    def saturated(self) -> bool:
+        """The queue grows without bound: the verdict is ``overloaded`` (the contract's ``saturated`` key)."""
+        return self.verdict == "overloaded"
 
     @property
     def rejection_note(self) -> str | None:
@@ -321,7 +326,7 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
                           "total": (tokens_in + tokens_out) / duration if duration else 0.0},
         request_rate_rps=float(done.sum() / duration) if duration else 0.0,
         preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
-        steps=result.steps, saturated=result.verdict == "overloaded", settings=asdict(scenario.settings),
+        steps=result.steps, settings=asdict(scenario.settings),
         per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
         verdict=result.verdict, prefix_cache=prefix_cache_stats(int(tokens_in)), per_replica=per_replica(result),
         timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
