@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/fit.py
 	$(PY) bench/memory_vs_vllm.py
 	$(PY) bench/simulate.py
+	$(PY) bench/prefix_cache.py
 	$(PY) bench/fidelity.py
 	$(PY) bench/recommend.py
 

@@ -5,6 +5,7 @@ A shared report link (``?report=<id>``) opens that report read-only for anyone w
 
 import streamlit as st
 
+from pages._prefix import declared_prefix_input
 from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, set_current
 from pages._search import search_controls
 from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
@@ -45,6 +46,7 @@ with st.sidebar:
         st.session_state["selected_trace_id"] = info.trace_id
         st.caption(f"{info.rows:,} requests · {info.failed:,} failed · {info.rejected:,} rejected · "
                    f"`{info.trace_id}`")
+        declared_prefix_input()
     else:
         st.session_state["selected_trace_id"] = None
         st.caption("No traces yet: upload one on the Traces page.")

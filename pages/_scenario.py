@@ -128,7 +128,7 @@ def scenario() -> Scenario:
         batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **SHARED,
                                     placeholder=f"auto: {auto['max_num_batched_tokens']:,}",
                                     help="Empty: vllm serve's default here")
-        c = st.columns(3)
+        c = st.columns(4)
         max_new = c[0].number_input("max_new_tokens", 1, 1_000_000, None, 64, key="max_new", **SHARED,
                                     placeholder="no cap", help="Empty: no cap; reserving engines then reserve up to "
                                                                "max_model_len")
@@ -137,6 +137,10 @@ def scenario() -> Scenario:
                                     help="vLLM V1 and the reserving engines always recompute")
         remedy = c[2].selectbox("Remedy (vLLM V1)", list(REMEDIES), key="remedy", **SHARED,
                                 disabled=engine != "vllm-v1")
+        caching = c[3].toggle("Prefix caching", True, key="prefix_caching", **SHARED,
+                              disabled=ENGINES[engine].prefix_caching is None,
+                              help="vLLM V1 caches prefixes by default (--no-enable-prefix-caching turns it off). "
+                                   + ENGINES[engine].label + ": " + ENGINES[engine].prefix_cache_note)
     with st.expander("Memory overheads, startup log and cost model"):
         c = st.columns(4)
         activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **SHARED,
@@ -165,6 +169,7 @@ def scenario() -> Scenario:
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,
                        max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
+                       prefix_caching=caching,
                        preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",
                        max_new_tokens=max_new, cost=cost, **(REMEDIES[remedy] if engine == "vllm-v1" else {}))
     except PlannerError as exc:

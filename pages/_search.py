@@ -11,6 +11,7 @@ from planner.errors import PlannerError
 def search_controls():
     """SLO classes, headroom and the compared options of a recommendation (Recommend and Report pages share them,
     and the URL). A malformed SLO class or TP list is shown as an error and stops the page, before any search."""
+    from pages._prefix import shared_prefix
     from planner.recommend.fleet import GROWTH, RESAMPLES
     from planner.recommend.plan import RecommendOptions, slo_classes
     from planner.recommend.slo import MAX_QUEUE_S
@@ -49,7 +50,7 @@ def search_controls():
         return RecommendOptions(slos=slos, headroom=float(headroom), tp_options=tp_options,
                                 max_new_tokens_options=tuple(t.strip() for t in caps_text.split(",") if t.strip()),
                                 router=None if router == "auto" else router, max_queue_s=float(max_queue),
-                                resamples=int(resamples), growth=float(growth))
+                                resamples=int(resamples), growth=float(growth), shared_prefix=shared_prefix())
     except PlannerError as exc:
         st.error(str(exc))
         st.stop()

@@ -87,7 +87,7 @@ def rejects_csv(trace_id: str) -> bytes:
 @st.cache_data(max_entries=16, show_spinner="Characterising the workload…")
 def workload_report(trace_id: str, window_s: float | None, edges: tuple[float, ...]) -> dict:
     """Grouped percentiles, joint view, latency buckets and arrival fits: the ``workload`` CLI object."""
-    return build_workload_report(connection(), trace_id, window_s=window_s, edges=edges)
+    return build_workload_report(connection(), trace_id, window_s=window_s, edges=edges, with_reuse=False)
 
 
 @st.cache_data(max_entries=32, show_spinner="Fitting length distributions…")
@@ -122,10 +122,10 @@ def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     if workload["source"] == "synthetic":
         work = synthetic(workload["spec"])
     elif workload["source"] == "trace replay":
-        work = from_trace(connection(), trace_id, rate_scale=workload["scale"])
+        work = from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"])
     else:
         fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
-        work = from_fits(*fits, n=10_000, qps=workload["qps"])
+        work = from_fits(*fits, n=10_000, qps=workload["qps"]).with_shared_prefix(workload["prefix"])
     result = simulate(work, _scenario, fleet=Fleet(workload["replicas"], workload["router"]))
     return summarize(result), result.ttft_s, result.tpot_s
 
@@ -151,7 +151,8 @@ def recommendation(trace_id: str, scenario, options, progress=None):
         if key in results:
             results.move_to_end(key)
             return results[key]
-    out = plan_recommendation(from_trace(connection(), trace_id), scenario, options, progress=progress)
+    out = plan_recommendation(from_trace(connection(), trace_id, shared_prefix=options.shared_prefix), scenario,
+                              options, progress=progress)
     with lock:
         results[key] = out
         while len(results) > 16:

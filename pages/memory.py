@@ -2,12 +2,14 @@
 
 import streamlit as st
 
+from pages._prefix import shared_prefix, trace_reuse
 from pages._scenario import URL, current
 from pages._shared import request_lengths, require_frame, selected_trace, show_table
-from planner.capacity.report import capacity_report
+from planner.capacity.report import capacity_report, prefix_capacity_table
 from planner.capacity.reservation import POLICIES
 from planner.catalog.gpus import GiB
 from planner.charts import capacity as capacity_charts
+from planner.charts import workload as charts
 from planner.errors import PlannerError
 
 require_frame()
@@ -17,7 +19,8 @@ fit_n = st.number_input("Fit check: sequences of max_model_len", 1, 100_000, 32,
 info = selected_trace()
 try:
     report = capacity_report(s, lengths=request_lengths(info.trace_id) if info else None,
-                             fit=(int(fit_n), s.max_model_len))
+                             fit=(int(fit_n), s.max_model_len),
+                             reuse=trace_reuse(info.trace_id, shared_prefix(), s.block_size) if info else None)
 except PlannerError as exc:
     st.error(str(exc))
     st.stop()
@@ -42,8 +45,11 @@ st.caption(f"Overheads: {plan.overheads_source}. requested = ceil({s.gpu_memory_
            f"{plan.weights_bytes_per_gpu / GiB:.2f}, activation {plan.activation_bytes / GiB:.2f}, non-torch "
            f"{plan.non_torch_bytes / GiB:.2f} GiB.")
 
-budget, reservation, other = st.tabs(["Concurrency and fit", "Reservation policies", "Padding and preemption"],
-                                     key="memory_view", on_change="rerun", bind="query-params")
+if plan.override_warning:
+    st.warning(plan.override_warning)
+budget, reservation, other, cache_tab = st.tabs(
+    ["Concurrency and fit", "Reservation policies", "Padding and preemption", "Prefix cache"], key="memory_view",
+    on_change="rerun", bind="query-params")
 if budget.open:
     with budget:
         st.altair_chart(capacity_charts.concurrency_chart(report.concurrency_curve, report.trace),
@@ -79,3 +85,25 @@ if other.open:
                 if pre["crossover_tokens"] else f"{pre['cheaper_at_shortest']} is cheaper at every length")
                 + f". {pre['note']}.")
             c2.altair_chart(capacity_charts.preemption_chart(pre["points"], pre["crossover_tokens"]), key="preempt")
+if cache_tab.open:
+    with cache_tab:
+        cache = report.prefix_cache
+        if cache is None:
+            st.info("Select a trace with a prefix identity (hash_ids, sessions, or a shared prefix declared in the "
+                    "sidebar) to see how much of its reuse this KV pool holds.")
+        else:
+            m = st.columns(4)
+            m[0].metric("LRU hit rate at this pool", f"{cache['lru_hit_rate_at_pool']:.1%}",
+                        help=f"{cache['pool_tokens']:,} tokens: the whole pool as a cache, an upper bound (running "
+                             "requests' blocks take part of it under load)")
+            m[1].metric("Ideal hit rate", f"{cache['ideal_hit_rate']:.1%}")
+            m[2].metric(f"KV for {cache['holding_share']:.0%} of ideal", f"{cache['holding_gib'] or 0:,.1f} GiB",
+                        help=f"{cache['holding_tokens'] or 0:,} tokens of this model's KV")
+            util = cache["gpu_memory_utilization_to_hold"]
+            m[3].metric("gpu_memory_utilization to hold it", f"{util:.2f}" if util is not None else "—",
+                        help="Above 1: beyond these GPUs; offload "
+                             f"{cache['offload_gib'] or 0:,.1f} GiB of KV to the host (e.g. LMCache) or add replicas")
+            pool_gib = cache["pool_tokens"] * plan.kv_bytes_per_token / GiB
+            st.altair_chart(charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"], pool_gib, x="cache_gib"),
+                            key="prefix_curve")
+            show_table(prefix_capacity_table(cache), "prefix_capacity")

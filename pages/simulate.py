@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from pages._prefix import shared_prefix
 from pages._scenario import URL, current
 from pages._shared import require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
@@ -34,7 +35,7 @@ progress = st.progress(0.0, text="simulating…")
 try:
     summary, ttft, tpot = simulation(info.trace_id if info else "", s.key,
                                      {"source": source, "scale": scale, "qps": qps, "spec": spec,
-                                      "replicas": int(replicas), "router": router}, s)
+                                      "replicas": int(replicas), "router": router, "prefix": shared_prefix()}, s)
 except PlannerError as exc:
     progress.empty()
     st.error(str(exc))
@@ -62,6 +63,10 @@ st.caption(f"{summary.workload} · {fleet_text}{s.engine} on {s.tp}× {s.gpu.nam
            f"{s.max_num_batched_tokens}, max_model_len {s.max_model_len}")
 
 show_table(summary.latency_table(), "sim_percentiles")
+show_table(summary.prefix_cache_table(), "sim_prefix_cache")
+if summary.prefix_cache["identity"] is None and summary.prefix_cache["enabled"]:
+    st.caption("The prefix cache is on but this workload carries no prefix identity (hash_ids or sessions), so "
+               "nothing can hit: declare a shared prefix in the sidebar to see what a system prompt is worth.")
 if summary.per_replica:
     show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")

@@ -2,8 +2,10 @@
 
 import streamlit as st
 
+from pages._prefix import shared_prefix, trace_reuse
 from pages._shared import length_fit, rate_table, selected_trace, show_table, trace_stats, workload_report
 from planner.charts import workload as charts
+from planner.errors import PlannerError
 from planner.workload.stats import LENGTH_FIELDS, percentile_rows
 from planner.workload.tables import DEFAULT_BUCKET_EDGES
 
@@ -20,8 +22,8 @@ if info is None:
     st.info("No trace selected. Upload a request log on the **Traces** page.")
     st.stop()
 
-tab_lengths, tab_arrivals, tab_joint, tab_latency = st.tabs(
-    ["Lengths", "Arrivals", "Joint", "Latency"], key="view", on_change="rerun", bind="query-params")
+tab_lengths, tab_arrivals, tab_joint, tab_latency, tab_reuse = st.tabs(
+    ["Lengths", "Arrivals", "Joint", "Latency", "Prefix reuse"], key="view", on_change="rerun", bind="query-params")
 
 if tab_lengths.open:
     with tab_lengths:
@@ -134,3 +136,38 @@ if tab_latency.open:
                 st.caption(f"By {by_field.replace('_', ' ')}")
                 show_table([{k: v for k, v in b.items() if k not in ("lo", "hi")} for b in buckets["buckets"]],
                            f"buckets_{lat_field}_{by_field}", column_config=NUMBER)
+
+if tab_reuse.open:
+    with tab_reuse:
+        block = st.segmented_control("KV block size", [16, 32, 64], default=16, key="reuse_block", **URL,
+                                     required=True, help="vLLM's --block-size: hits are whole blocks")
+        try:
+            reuse = trace_reuse(info.trace_id, shared_prefix(), int(block))
+        except PlannerError as exc:
+            st.error(str(exc))
+            st.stop()
+        st.caption(f"Prefix identity: {reuse.describe}.")
+        if not reuse.curve:
+            st.info("Without a prefix identity the trace's reuse is unknown. Mooncake-style traces carry hash_ids; "
+                    "traces with session ids give it by derivation; for others declare a shared prefix (a system "
+                    "prompt) in the sidebar.")
+            st.stop()
+        groups = reuse.groups
+        m = st.columns(4)
+        m[0].metric("Ideal hit rate", f"{reuse.ideal_hit_rate:.1%}",
+                    help="Prompt tokens an infinite cache would serve, requests one after another in arrival order")
+        m[1].metric("Working set", f"{reuse.working_set_tokens:,} tokens",
+                    help="Distinct KV blocks the ideal cache ends up holding")
+        m[2].metric(f"Groups ({groups['by']})", f"{groups['multi_request_groups']:,}",
+                    help=f"with two requests or more; {groups['mean_requests_per_group'] or 0:.2f} requests per "
+                         "group on average")
+        m[3].metric("Per-group hit rate p50 · p90", " · ".join(
+            f"{v:.0%}" if v is not None else "—" for v in (groups["hit_rate_p50"], groups["hit_rate_p90"])),
+            help="The ideal hit rate within each group of two requests or more")
+        st.altair_chart(charts.reuse_curve(reuse.to_dict()["curve"], reuse.ideal_hit_rate), key="reuse_curve")
+        st.caption("LRU hit rate against the cache's size, requests in arrival order with vLLM V1's rules (the last "
+                   "prompt token always recomputed; a request's blocks freed last block first). The Memory page "
+                   "puts this curve in GiB of the scenario's KV and marks its pool; the Simulate page measures the "
+                   "hits under load.")
+        show_table([{"cache tokens": p.cache_tokens, "cache blocks": p.cache_blocks, "LRU hit rate": p.hit_rate}
+                    for p in reuse.curve], "reuse_table", column_config=NUMBER)

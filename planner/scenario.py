@@ -36,7 +36,7 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--we
          "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
          "engine": "--engine", "chunked_prefill": "--no-chunked-prefill", "preemption": "--preemption",
          "max_new_tokens": "--max-new-tokens", "reserve_quantile": "--reserve-predicted", "priority": "--priority",
-         "price": "--price"}
+         "price": "--price", "prefix_caching": "--no-prefix-cache"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Scenario:
     overheads: Overheads = Overheads()
     engine: str = "vllm-v1"
     chunked_prefill: bool = True
+    prefix_caching: bool = True
     preemption: str = "recompute"
     max_new_tokens: int | None = None
     reserve_quantile: float | None = None
@@ -190,7 +191,8 @@ class Scenario:
                                "--weight-dtype fp8")
         return EngineSettings(self.max_num_seqs, self.max_num_batched_tokens, self.chunked_prefill,
                               self.block_size, plan.num_blocks, self.max_model_len, self.max_new_tokens, 0,
-                              self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority)
+                              self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority,
+                              prefix_caching=self.prefix_caching)
 
     @property
     def price_per_replica_hour(self) -> float:
@@ -204,7 +206,8 @@ class Scenario:
                "price_per_gpu_hour": self.gpu.price_per_hour}
         for name in ("tp", "weight_dtype", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len",
                      "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "engine",
-                     "chunked_prefill", "preemption", "max_new_tokens", "reserve_quantile", "priority"):
+                     "chunked_prefill", "prefix_caching", "preemption", "max_new_tokens", "reserve_quantile",
+                     "priority"):
             out[name] = getattr(self, name)
         out["defaulted"] = sorted(self.auto)
         out["overheads"] = asdict(self.overheads)
@@ -227,6 +230,8 @@ class Scenario:
                 args += [FLAGS[name], f"{value:g}" if isinstance(value, float) else str(value)]
         if not self.chunked_prefill:
             args.append("--no-chunked-prefill")
+        if not self.prefix_caching:
+            args.append("--no-prefix-cache")
         o = self.overheads
         for flag, value in (("--activation-gib", o.activation_bytes), ("--non-torch-gib", o.non_torch_bytes),
                             ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):

@@ -15,7 +15,7 @@ from planner.traces.layouts import detect_mapping, latency_unit, normalize, unit
      {"arrival": "Timestamp", "input_tokens": "Request tokens", "output_tokens": "Response tokens",
       "model": "Model", "service": "Log Type", "session_id": "Session ID", "e2e_ms": "Elapsed time"}),
     (["timestamp", "input_length", "output_length", "hash_ids"], "mooncake",
-     {"arrival": "timestamp", "input_tokens": "input_length", "output_tokens": "output_length"}),
+     {"arrival": "timestamp", "input_tokens": "input_length", "output_tokens": "output_length", "hash_ids": "hash_ids"}),
     (["num_prefill_tokens", "num_decode_tokens", "num_total_tokens", "pd_ratio"], "length-only",
      {"input_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}),
     (["arrived_at", "num_prefill_tokens", "num_decode_tokens"], "vidur-replay",

@@ -25,7 +25,8 @@ def test_simulate_synthetic_contract(tmp_path):
     # CONTRACT.md Additions, a single replica
     assert obj["replicas"] == 1 and obj["router"] == "least-loaded" and obj["per_replica"] == []
     assert obj["verdict"] in ("stable", "backlogged", "overloaded")
-    assert obj["prefix_cache"] == {"hit_rate": 0.0, "hit_tokens": 0, "prompt_tokens": 300 * 512}
+    assert obj["prefix_cache"] == {"hit_rate": 0.0, "hit_tokens": 0, "prompt_tokens": 300 * 512, "rehit_tokens": 0,
+                                   "enabled": True, "identity": None}     # vLLM V1 caches; nothing to reuse
 
 
 def test_simulate_fleet_contract(tmp_path):

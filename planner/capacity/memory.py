@@ -143,6 +143,17 @@ class MemoryPlan:
     max_num_batched_tokens: int
     max_num_seqs: int
     overheads_source: str
+    gpu_blocks: int = 0                # what the KV pool holds; num_blocks differs under --num-gpu-blocks
+
+    @property
+    def override_warning(self) -> str | None:
+        """A what-if's note: ``--num-gpu-blocks`` above what the GPU's memory holds (vLLM's override allows it, and
+        the server then runs out of memory); None otherwise."""
+        if self.num_blocks <= self.gpu_blocks:
+            return None
+        return (f"--num-gpu-blocks {self.num_blocks:,} exceeds the {self.gpu_blocks:,} blocks this GPU's memory "
+                f"holds ({self.num_blocks / max(self.gpu_blocks, 1):.1f}x): a what-if (vLLM's override allows it; a "
+                "real server would run out of memory), e.g. for KV offloaded to the host")
 
     def to_dict(self) -> dict:
         """The JSON twin: every term (the ``plan`` object of ``memory --json``)."""
@@ -189,10 +200,8 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
     cudagraph = graphs if overheads.cudagraph_counted else 0
     pool = requested - weights_per_gpu - activation - non_torch - cudagraph
     per_token_gpu = kv_bytes_per_token(model, s.kv_cache_dtype, s.tp)
-    if s.num_gpu_blocks is not None:
-        blocks = s.num_gpu_blocks
-    else:
-        blocks = max(0, pool) // (s.block_size * per_token_gpu) if per_token_gpu else 0
+    fits = max(0, pool) // (s.block_size * per_token_gpu) if per_token_gpu else 0
+    blocks = s.num_gpu_blocks if s.num_gpu_blocks is not None else fits
     per_request = _blocks_per_request(model, s.max_model_len, s.block_size, s.max_num_batched_tokens)
     return MemoryPlan(
         param_count=param_count(model), weights_bytes=weights, weights_bytes_per_gpu=int(weights_per_gpu),
@@ -204,7 +213,7 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
         max_model_len=s.max_model_len, blocks_per_max_len_request=int(per_request),
         max_concurrency=blocks / per_request if per_request else 0.0,
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
-        overheads_source=overheads.source)
+        overheads_source=overheads.source, gpu_blocks=int(fits))
 
 
 def seed_pool_sequences(total_gb: float, utilization: float, weights_gb: float, kv_bytes_per_token_: int,

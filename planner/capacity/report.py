@@ -13,12 +13,15 @@ from planner.capacity.memory import MemoryPlan, seed_pool_sequences
 from planner.capacity.padding import expected_useful_fraction
 from planner.capacity.preemption import preemption_cost
 from planner.capacity.reservation import percentile_settings, tradeoff_table
+from planner.tables import Table
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
+    from planner.workload.reuse import ReuseAnalysis
 
 PADDING_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SEED_CONTEXTS = (4096, 8192)
+WORKING_SET_SHARE = 0.95        # "holds the working set": the cache reaching 95% of the ideal hit rate
 CONTRACT_KEYS = ("param_count", "weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_pool_bytes",
                  "num_blocks", "kv_capacity_tokens", "max_concurrency")
 
@@ -37,6 +40,7 @@ class CapacityReport:
     max_new_tokens_settings: list[dict] | None = None
     padding: list[dict] | None = None
     preemption: dict | None = None
+    prefix_cache: dict | None = None
 
     def to_dict(self) -> dict:
         """CONTRACT keys at the top, the plan term by term, then the optional sections."""
@@ -46,7 +50,7 @@ class CapacityReport:
                     "concurrency_curve": self.concurrency_curve})
         if self.fit_check is not None:
             out["fit_check"] = self.fit_check.to_dict()
-        for key in ("trace", "reservations", "max_new_tokens_settings", "padding", "preemption"):
+        for key in ("trace", "reservations", "max_new_tokens_settings", "padding", "preemption", "prefix_cache"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -70,8 +74,43 @@ def seed_view(scenario: Scenario) -> dict:
             "pool_gb": total_gb * utilization - weights_gb, "rows": rows}
 
 
+def prefix_cache_capacity(scenario: Scenario, reuse: ReuseAnalysis) -> dict:
+    """What the scenario's KV pool holds of a trace's reusable prefixes: the LRU hit rate at the pool's size (the
+    whole pool, as when few requests run: running requests' blocks shrink what is left for the cache), the ideal,
+    and the KV that holds the working set (95% of the ideal hit rate) in tokens, GiB and the
+    ``gpu_memory_utilization`` that would give a pool that large, or what lies beyond the GPU (CPU offload)."""
+    plan = scenario.memory
+    pool_tokens = plan.num_blocks * plan.block_size
+    out = {"source": reuse.source, "describe": reuse.describe, "ideal_hit_rate": reuse.ideal_hit_rate,
+           "pool_tokens": pool_tokens, "lru_hit_rate_at_pool": reuse.hit_rate_at(pool_tokens),
+           "working_set_tokens": reuse.working_set_tokens,
+           "working_set_gib": reuse.working_set_tokens * plan.kv_bytes_per_token / 2**30,
+           "holding_share": WORKING_SET_SHARE, "holding_tokens": None, "holding_gib": None,
+           "gpu_memory_utilization_to_hold": None, "offload_gib": None,
+           "curve": reuse.to_dict(plan.kv_bytes_per_token)["curve"]}
+    tokens = reuse.tokens_for(WORKING_SET_SHARE)
+    if tokens is not None:
+        pool_bytes = tokens * plan.kv_bytes_per_token_per_gpu
+        util = (plan.requested_bytes - max(plan.kv_pool_bytes, 0) + pool_bytes) / plan.total_bytes
+        out.update(holding_tokens=tokens, holding_gib=tokens * plan.kv_bytes_per_token / 2**30,
+                   gpu_memory_utilization_to_hold=util,
+                   offload_gib=max(0.0, (util - 1.0) * plan.total_bytes * scenario.tp / 2**30))
+    return out
+
+
+def prefix_capacity_table(cache: dict) -> Table:
+    """:func:`prefix_cache_capacity` as one row (the Memory page and the report)."""
+    return Table(f"Prefix reuse against the KV pool ({cache['describe']})",
+                 ["ideal hit rate", "LRU hit rate at the pool", "pool tokens", "working set tokens", "working set GiB",
+                  f"KV for {cache['holding_share']:.0%} of ideal (GiB)", "gpu_memory_utilization to hold it",
+                  "beyond the GPUs (GiB)"],
+                 [[cache["ideal_hit_rate"], cache["lru_hit_rate_at_pool"], cache["pool_tokens"],
+                   cache["working_set_tokens"], cache["working_set_gib"], cache["holding_gib"],
+                   cache["gpu_memory_utilization_to_hold"], cache["offload_gib"]]])
+
+
 def capacity_report(scenario: Scenario, lengths: tuple[np.ndarray, np.ndarray] | None = None,
-                    fit: tuple[int, int] | None = None) -> CapacityReport:
+                    fit: tuple[int, int] | None = None, reuse: ReuseAnalysis | None = None) -> CapacityReport:
     """The scenario's memory plan and the views around it.
 
     Parameters
@@ -80,6 +119,8 @@ def capacity_report(scenario: Scenario, lengths: tuple[np.ndarray, np.ndarray] |
         A trace's non-failed requests: adds trace concurrency, the reservation trade-off, padding, preemption.
     fit : (sequences, tokens), optional
         Adds the smallest TP degree that holds the model with room for that many sequences of that length.
+    reuse : ReuseAnalysis, optional
+        The trace's prefix reuse: adds what the pool holds of it (:func:`prefix_cache_capacity`).
     """
     plan = scenario.memory
     contexts = [c for c in (512 * 2**i for i in range(12)) if c <= scenario.model.max_position]
@@ -102,4 +143,6 @@ def capacity_report(scenario: Scenario, lengths: tuple[np.ndarray, np.ndarray] |
                         "cheaper_at_shortest": "swap" if cost["swap_s"][0] < cost["recompute_s"][0] else "recompute",
                         "points": [{"length": float(s), "recompute_s": float(r), "swap_s": float(w)}
                                    for s, r, w in zip(grid, cost["recompute_s"], cost["swap_s"], strict=True)]})
+    if reuse is not None and reuse.curve:
+        sections["prefix_cache"] = prefix_cache_capacity(scenario, reuse)
     return CapacityReport(scenario, plan, seed_view(scenario), curve, **sections)

@@ -179,3 +179,25 @@ def bucket_chart(rows: list[dict], latency_label: str, by_label: str) -> alt.Cha
         x=alt.X("bucket:N", sort=order, title=by_label), xOffset="percentile:N",
         y=alt.Y("ms:Q", title=latency_label), color=alt.Color("percentile:N", title=None),
         tooltip=["bucket:N", "percentile:N", alt.Tooltip("ms:Q", format=".1f")]).properties(height=240)
+
+
+def reuse_curve(curve: list[dict], ideal_hit_rate: float, pool: float | None = None,
+                x: str = "cache_tokens") -> alt.LayerChart:
+    """The LRU prefix-cache hit rate against cache size (``curve`` from
+    :meth:`planner.workload.reuse.ReuseAnalysis.to_dict`; ``x`` ``cache_tokens`` or ``cache_gib``), the ideal
+    (never-evicting) hit rate as a rule and, given, the KV pool's size marked."""
+    title = {"cache_tokens": "prefix cache size (KV tokens, log)", "cache_gib": "prefix cache size (GiB of KV, log)"}[x]
+    data = pl.DataFrame(curve).filter(pl.col(x) > 0)
+    line = alt.Chart(data).mark_line(point=True).encode(
+        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log"), title=title),
+        y=alt.Y("hit_rate:Q", axis=alt.Axis(format="%"), title="prompt tokens served from the cache (LRU)"),
+        tooltip=[alt.Tooltip(f"{x}:Q", format=",.3~f"), alt.Tooltip("hit_rate:Q", format=".1%")])
+    ideal = alt.Chart(pl.DataFrame({"hit_rate": [ideal_hit_rate], "label": ["ideal (infinite cache)"]})).mark_rule(
+        strokeDash=[4, 3], color="gray").encode(y="hit_rate:Q", tooltip=["label:N",
+                                                                         alt.Tooltip("hit_rate:Q", format=".1%")])
+    layers = [line, ideal]
+    if pool:
+        marks = pl.DataFrame({x: [pool], "label": ["this scenario's KV pool"]})
+        layers.append(alt.Chart(marks).mark_rule(strokeDash=[4, 3], color="firebrick").encode(
+            x=f"{x}:Q", tooltip=["label:N", alt.Tooltip(f"{x}:Q", format=",.3~f")]))
+    return alt.layer(*layers).properties(height=260)

@@ -11,11 +11,12 @@ import json
 import os
 import sys
 
+from planner.capacity.memory import KV_DTYPE_BYTES
 from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.report import add_report_command
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
-from planner.cli.sim import add_simulation_commands
+from planner.cli.sim import add_shared_prefix_flag, add_simulation_commands
 from planner.errors import PlannerError
 from planner.jsonable import clean
 from planner.traces import store
@@ -86,7 +87,14 @@ def cmd_workload(args) -> None:
 
     con = store.open_store(args.db)
     edges = tuple(float(e) for e in args.buckets.split(",")) if args.buckets else DEFAULT_BUCKET_EDGES
-    obj = workload_report(con, args.trace, window_s=args.window, edges=edges)
+    kv_bytes = None
+    if args.model:
+        from planner.capacity.memory import kv_bytes_per_token
+        from planner.catalog.presets import get_model
+
+        kv_bytes = kv_bytes_per_token(get_model(args.model), args.kv_cache_dtype)
+    obj = workload_report(con, args.trace, window_s=args.window, edges=edges, shared_prefix=args.shared_prefix,
+                          block_size=args.block_size, kv_bytes_per_token=kv_bytes)
     _emit(args, obj, json.dumps(clean(obj), indent=2))
 
 
@@ -97,9 +105,13 @@ def cmd_memory(args) -> None:
     lengths = None
     if args.trace:
         from planner.traces.queries import request_lengths
+        from planner.workload.tables import trace_reuse
 
         con = store.open_store(args.db)
         lengths = request_lengths(con, store.get_trace(con, args.trace).trace_id)
+        reuse = trace_reuse(con, args.trace, shared_prefix=args.shared_prefix, block_size=scenario.block_size)
+    elif args.shared_prefix:
+        raise PlannerError("--shared-prefix declares a trace's shared prefix: give --trace too")
     fit = None
     if args.fit:
         count, _, tokens = args.fit.partition("x")
@@ -107,7 +119,7 @@ def cmd_memory(args) -> None:
             fit = (int(count), int(tokens))
         except ValueError as exc:
             raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
-    report = capacity_report(scenario, lengths=lengths, fit=fit)
+    report = capacity_report(scenario, lengths=lengths, fit=fit, reuse=reuse if args.trace else None)
     plan, gib = report.plan, 1024**3
     human = (f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}: {plan.param_count / 1e9:.2f}B params, "
              f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "
@@ -182,12 +194,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace id or name")
     p.add_argument("--window", type=float, help="time-window width in seconds (default: 6-24 windows)")
     p.add_argument("--buckets", help="length bucket edges, comma-separated (default 512,2048)")
+    add_shared_prefix_flag(p)
+    p.add_argument("--block-size", type=int, default=16, help="KV block size of the prefix-reuse analysis")
+    p.add_argument("--model", help="give the prefix-reuse curve in GiB of this model's KV cache (a preset or a "
+                                   "config.json)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=tuple(KV_DTYPE_BYTES),
+                   help="with --model: the KV cache dtype")
     p.set_defaults(func=cmd_workload)
 
     p = command("memory", "KV bytes per token, vLLM's memory budget, KV capacity and maximum concurrency")
     add_scenario_arguments(p)
     p.add_argument("--trace", help="add this trace's concurrency, reservation trade-off, padding, preemption")
     p.add_argument("--fit", help="SEQUENCESxTOKENS: smallest TP that holds the model with room for them")
+    add_shared_prefix_flag(p)
     p.set_defaults(func=cmd_memory)
 
     add_simulation_commands(command)

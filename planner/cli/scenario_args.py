@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +44,9 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--engine", default="vllm-v1",
                    help="scheduler: vllm-v1 (default), vllm-v0, orca, static, tgi or trtllm")
     g.add_argument("--no-chunked-prefill", action="store_true")
+    g.add_argument("--no-prefix-cache", action="store_true",
+                   help="vllm-v1: compute every prompt in full (vllm serve --no-enable-prefix-caching); other "
+                        "engines never reuse prefixes here")
     g.add_argument("--preemption", default="recompute", help="recompute or swap (vllm-v0 only)")
     g.add_argument("--max-new-tokens", type=int, help="truncate outputs (and size reservations) to this")
     g.add_argument("--reserve-predicted", type=float, metavar="Q",
@@ -86,10 +90,14 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         ("cudagraph_bytes", args.cudagraph_gib), ("weights_bytes", args.weights_gib)) if value is not None}
     if entered:
         overheads = replace(overheads, **entered, source="entered" if not args.vllm_log else overheads.source)
-    return Scenario(model, gpu, tp=args.tp, weight_dtype=args.weight_dtype, kv_cache_dtype=args.kv_cache_dtype,
-                    gpu_memory_utilization=args.gpu_mem_util, max_model_len=args.max_model_len,
-                    block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
-                    max_num_batched_tokens=args.max_num_batched_tokens, overheads=overheads, engine=args.engine,
-                    chunked_prefill=not args.no_chunked_prefill, preemption=args.preemption,
-                    max_new_tokens=args.max_new_tokens, reserve_quantile=args.reserve_predicted,
-                    priority=args.priority, cost=load_params(args.calibration))
+    scenario = Scenario(model, gpu, tp=args.tp, weight_dtype=args.weight_dtype, kv_cache_dtype=args.kv_cache_dtype,
+                        gpu_memory_utilization=args.gpu_mem_util, max_model_len=args.max_model_len,
+                        block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens, overheads=overheads, engine=args.engine,
+                        chunked_prefill=not args.no_chunked_prefill, prefix_caching=not args.no_prefix_cache,
+                        preemption=args.preemption,
+                        max_new_tokens=args.max_new_tokens, reserve_quantile=args.reserve_predicted,
+                        priority=args.priority, cost=load_params(args.calibration))
+    if scenario.num_gpu_blocks is not None and scenario.memory.override_warning:
+        print(f"warning: {scenario.memory.override_warning}", file=sys.stderr)
+    return scenario

@@ -40,10 +40,12 @@ def _workload(args):
         con = store.open_store(args.db)
         tid = store.get_trace(con, args.trace).trace_id
         return from_fits(fit_length_field(con, tid, "input_tokens"), fit_length_field(con, tid, "output_tokens"),
-                         args.requests, args.qps, args.arrival_cv, args.seed)
+                         args.requests, args.qps, args.arrival_cv, args.seed).with_shared_prefix(args.shared_prefix)
     if args.trace:
         return from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
-                          seed=args.seed)
+                          seed=args.seed, shared_prefix=args.shared_prefix)
+    if args.shared_prefix:
+        raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes prefix=TOKENS:SHARE")
     return synthetic(args.synthetic + ("" if "seed=" in args.synthetic else f",seed={args.seed}"))
 
 
@@ -108,7 +110,7 @@ def recommend_inputs(args):
         slos=tuple(args.slo or ()), headroom=args.headroom,
         tp_options=_int_list(args.tp_search, "--tp-search") if args.tp_search else (),
         max_new_tokens_options=tuple(args.max_new_tokens_options.split(",")) if args.max_new_tokens_options else (),
-        details=getattr(args, "details", True), router=args.router,
+        details=getattr(args, "details", True), router=args.router, shared_prefix=args.shared_prefix,
         **{k: getattr(args, k) for k in ("max_queue_s", "resamples", "growth") if getattr(args, k) is not None})
     return scenario_from_args(args), options
 
@@ -122,7 +124,7 @@ def cmd_recommend(args) -> None:
         from planner.recommend.costs import parse_gpu_options
 
         parse_gpu_options(args.gpu_options)      # an unknown GPU or a bad price fails before any work
-    workload = from_trace(store.open_store(args.db), args.trace)
+    workload = from_trace(store.open_store(args.db), args.trace, shared_prefix=options.shared_prefix)
     progress = _progress_printer(not args.quiet)
     if args.gpu_options:
         from planner.recommend.costs import compare_gpus
@@ -147,6 +149,13 @@ def cmd_recommend(args) -> None:
     _emit(args, obj, "\n".join(lines))
 
 
+def add_shared_prefix_flag(p) -> None:
+    """``--shared-prefix``: a prefix identity declared for a trace that carries none."""
+    p.add_argument("--shared-prefix", metavar="TOKENS[:SHARE]",
+                   help="declare that SHARE (default 1) of the requests begin with the same TOKENS tokens (a system "
+                        "prompt), for a trace without hash_ids or sessions")
+
+
 def add_recommend_flags(p) -> None:
     """The trace, scenario and search flags ``recommend`` and ``report`` share."""
     p.add_argument("trace", help="trace id or name")
@@ -166,6 +175,7 @@ def add_recommend_flags(p) -> None:
                         "(default 20; 0: none)")
     p.add_argument("--growth", type=float, help="what-if: replicas for the traffic grown by this (default 1.5)")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
+    add_shared_prefix_flag(p)
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -197,6 +207,7 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--replicas", type=int, default=1, help="replicas of the scenario behind one router (default 1)")
     p.add_argument("--router", help="how a fleet's requests are spread: " + ", ".join(ROUTERS)
                    + " (default least-loaded; round-robin for vllm-v0 and static)")
+    add_shared_prefix_flag(p)
     p.set_defaults(func=cmd_simulate)
 
     p = command("calibrate", "fit the cost model to measured iterations or a trace's TTFT/TPOT")

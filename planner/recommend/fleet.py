@@ -100,8 +100,9 @@ def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload
         groups = int(work.group.max()) + 1
         group = np.where(work.group[idx] >= 0, work.group[idx] + slot * groups, -1)
     sort = np.argsort(arrival, kind="stable")
+    prefix = None if work.prefix is None else work.prefix.take(idx[sort], slot[sort])
     return SimWorkload(arrival[sort], work.input_tokens[idx][sort], work.output_tokens[idx][sort],
-                       f"{work.source} (block bootstrap {seed})", None if group is None else group[sort])
+                       f"{work.source} (block bootstrap {seed})", None if group is None else group[sort], prefix)
 
 
 def block_seconds(work: SimWorkload) -> float:
@@ -234,7 +235,8 @@ def _schedule(search: FleetSearch, workload: SimWorkload, headroom: float, qps_p
         if mask.any():
             part = SimWorkload(workload.arrival_s[mask] / headroom, workload.input_tokens[mask],
                                workload.output_tokens[mask], f"window {w}",
-                               None if workload.group is None else workload.group[mask])
+                               None if workload.group is None else workload.group[mask],
+                               None if workload.prefix is None else workload.prefix.subset(mask))
             guess = max(1, math.ceil(rate / qps_per_replica)) if qps_per_replica > 0 else 1
             row["replicas"] = search.smallest(("window", w), part, guess)
         rows.append(row)

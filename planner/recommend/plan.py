@@ -17,6 +17,7 @@ from planner.recommend.search import ClassRecommendation, Search, recommend
 from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, parse_slo
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
+from planner.sim.prefix import parse_shared_prefix
 from planner.sim.results import rejection_note
 from planner.sim.routers import DEFAULT_ROUTER, get_router
 from planner.sim.run import check_router, default_router
@@ -50,6 +51,9 @@ class RecommendOptions:
         Block-bootstrap resamples behind the replica count's confidence (0: none).
     growth : float
         The what-if: replicas at the trace's rate × headroom × this.
+    shared_prefix : str or None
+        ``TOKENS[:SHARE]``: the declared shared prefix (a system prompt) the trace is replayed with, for a trace
+        with no prefix identity of its own (:meth:`planner.sim.workload.SimWorkload.with_shared_prefix`).
     """
 
     slos: tuple[str, ...] = ()
@@ -61,8 +65,11 @@ class RecommendOptions:
     router: str | None = None
     resamples: int = RESAMPLES
     growth: float = GROWTH
+    shared_prefix: str | None = None
 
     def __post_init__(self) -> None:
+        if self.shared_prefix:
+            parse_shared_prefix(self.shared_prefix)
         if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom) and self.headroom >= 1):
             raise PlannerError(f"--headroom {self.headroom!r}: expected a factor of at least 1 on the trace's rate")
         if not (isinstance(self.max_queue_s, (int, float)) and math.isfinite(self.max_queue_s)

@@ -69,10 +69,10 @@ class Search:
         self.count()
         return simulate(work, scenario, abort_wait_s=abort_wait_s)
 
-    def count(self) -> None:
-        """Count one simulation made for this search (thread-safe)."""
+    def count(self, simulations: int = 1) -> None:
+        """Count simulations made for this search (thread-safe)."""
         with self._count:
-            self.simulations += 1
+            self.simulations += simulations
 
     def capacity_scale(self, seqs: int, budget: int, chunked: bool = True) -> float:
         """An upper bound on the sustainable scale: the completion rate with every request queued at once

@@ -30,6 +30,7 @@ from planner.traces.queries import arrival_times, length_counts, request_lengths
 from planner.workload.fits import arrival_fit_dict, arrival_overview, fit_length_field, length_fit_dict
 from planner.workload.replay import from_trace
 from planner.workload.stats import trace_stats
+from planner.workload.tables import trace_reuse
 
 REPORT_FORMAT = 1
 LENGTH_FIELDS = (("input_tokens", "Input tokens"), ("output_tokens", "Output tokens"))
@@ -120,15 +121,21 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
             specs["arrival_rate"] = charts.rate_timeline(rates, arrivals["peaks"]["mean_rate_rps"]).to_dict()
         arrivals = {"span_s": arrivals["span_s"], "peaks": arrivals["peaks"], "fit": arrival_fit_dict(arrivals["fit"])}
 
-    report(0.15, "memory plan")
-    memory = capacity_report(scenario, lengths=request_lengths(con, info.trace_id))
+    report(0.15, "memory plan and prefix reuse")
+    reuse = trace_reuse(con, info.trace_id, shared_prefix=options.shared_prefix, block_size=scenario.block_size)
+    memory = capacity_report(scenario, lengths=request_lengths(con, info.trace_id), reuse=reuse)
     specs["memory_breakdown"] = capacity_charts.breakdown_bar(memory.plan).to_dict()
     specs["concurrency"] = capacity_charts.concurrency_chart(memory.concurrency_curve, memory.trace).to_dict()
+    if memory.prefix_cache:
+        cache = memory.prefix_cache
+        specs["prefix_reuse"] = charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"],
+                                                   cache["pool_tokens"] * memory.plan.kv_bytes_per_token / 2**30,
+                                                   x="cache_gib").to_dict()
 
     simulation, error = None, None
     if info.has_timestamps:
         report(0.2, "replaying the trace with the scenario's settings")
-        result = simulate(from_trace(con, info.trace_id), scenario)
+        result = simulate(from_trace(con, info.trace_id, shared_prefix=options.shared_prefix), scenario)
         simulation = summarize(result)
         specs["simulation_cdf"] = sim_charts.latency_cdf_chart(result.ttft_s, result.tpot_s,
                                                                "Latency CDF at the trace's own rate").to_dict()
@@ -136,7 +143,8 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
         if recommendation is None:
             try:
                 recommendation = plan_recommendation(
-                    from_trace(con, info.trace_id), scenario, replace(options, details=True),
+                    from_trace(con, info.trace_id, shared_prefix=options.shared_prefix), scenario,
+                    replace(options, details=True),
                     lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"))
             except PlannerError as exc:     # e.g. every request at one instant: no rate to scale
                 error = str(exc)
@@ -176,6 +184,8 @@ def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptio
               f"--growth {options.growth:g}"]
     if options.max_new_tokens_options:
         parts.append(f"--max-new-tokens-options {shlex.quote(','.join(options.max_new_tokens_options))}")
+    if options.shared_prefix:
+        parts.append(f"--shared-prefix {shlex.quote(options.shared_prefix)}")
     parts += [f"--slo {shlex.quote(s)}" for s in options.slos]
     if scenario.cost.source != CostParams().source:
         parts.append(f"--calibration CALIBRATION.json  # {scenario.cost.source}")

@@ -12,6 +12,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from planner.capacity.report import prefix_capacity_table
 from planner.recommend.table import FLEET_CHARTS, class_table, fleet_table, schedule_tables
 from planner.tables import Table, fmt
 from planner.workload.stats import stats_percentile_rows
@@ -78,12 +79,15 @@ def _rows(report: Report) -> dict[str, list[Table]]:
     if report.memory.trace:
         trace = report.memory.trace
         out["memory"].append(Table("Concurrency on this trace", list(trace), [list(trace.values())]))
+    if report.memory.prefix_cache:
+        out["memory"].append(prefix_capacity_table(report.memory.prefix_cache))
     sim = report.simulation
     if sim:
         latency = sim.latency_table()
         out["simulation"].append(replace(latency, caption=f"Replay at the trace's own rate ({sim.engine}): "
                                                           f"{latency.caption}"))
         out["simulation"].append(sim.throughput_table())
+        out["simulation"].append(sim.prefix_cache_table())
     if report.recommendation:
         out["recommendations"].append(class_table(report.recommendation))
         out["recommendations"].append(fleet_table(report.recommendation))
@@ -112,7 +116,7 @@ def _charts_of(section: str, report: Report) -> list[str]:
     if section == "workload":
         return [n for n in names if n.endswith("_histogram") or n == "arrival_rate"]
     if section == "memory":
-        return [n for n in names if n in ("memory_breakdown", "concurrency")]
+        return [n for n in names if n in ("memory_breakdown", "concurrency", "prefix_reuse")]
     if section == "simulation":
         return [n for n in names if n.startswith("simulation_")]
     if section == "recommendations":

@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
+from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
 from planner.sim.routers.base import PREFIX_AWARE, ROUND_ROBIN
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
@@ -65,11 +66,12 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
 
 
 @numba.njit(cache=True, nogil=True)
-def route(router, r, replicas, load, group, home, stick_tokens, turn):
+def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica):
     """The replica request ``r`` goes to: round-robin by arrival order (of the requests that fit
     ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
-    sends a group (session, shared prefix) back to its replica unless that one holds more than twice the least
-    load plus ``stick_tokens``. The replicas' state is read as it stands at the arrival (no metrics staleness)."""
+    sends a request to the replica of the request it shares its prefix with (``parent``: that replica cached the
+    prefix), else a group (session) back to its replica, unless that one holds more than twice the least load plus
+    ``stick_tokens``. The replicas' state is read as it stands at the arrival (no metrics staleness)."""
     if router == ROUND_ROBIN or replicas == 1:
         return r % replicas
     best = turn % replicas
@@ -77,6 +79,12 @@ def route(router, r, replicas, load, group, home, stick_tokens, turn):
         j = (turn + step) % replicas
         if load[j] < load[best]:
             best = j
+    if router == PREFIX_AWARE and 0 <= parent[r] < r:
+        there = replica[parent[r]]
+        if load[there] <= 2 * load[best] + stick_tokens:
+            if group[r] >= 0:
+                home[group[r]] = there
+            return there
     if router == PREFIX_AWARE and group[r] >= 0:
         g = group[r]
         if home[g] >= 0 and load[home[g]] <= 2 * load[best] + stick_tokens:
@@ -88,7 +96,7 @@ def route(router, r, replicas, load, group, home, stick_tokens, turn):
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
-                    n_groups, stick_tokens):
+                    n_groups, stick_tokens, caching, run_off, run_end, run_base, n_keys, parent):
     """Run the trace on ``replicas`` copies of one engine behind ``router``, on one clock; returns per-request
     times and counters plus a sampled timeline.
 
@@ -96,11 +104,18 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     of the step of the busy replica whose clock is earliest; a replica's step starts once every request that
     arrived by then is routed. With one replica this is the single engine's loop, step for step.
 
+    With ``caching`` (lazy allocation only) each replica caches prefixes as vLLM V1 does
+    (:mod:`planner.sim.kv_pool`): request ``r``'s block ``j`` has the key its runs give (``run_off``, ``run_end``,
+    ``run_base``, keys below ``n_keys``: :class:`planner.sim.prefix.BlockRuns`); a request admitted with nothing computed starts from its
+    longest cached prefix, capped one token short of what it knows; a step publishes the blocks it fills when it
+    is scheduled.
+
     Returns
     -------
     tuple
-        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free, replica``
-        where timeline rows are the fleet's ``(time_s, running, waiting, blocks_used, step_s, bound)`` every
+        ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free, replica,
+        hits, rehits`` where ``hits`` are the prompt tokens each request found cached when first admitted and
+        ``rehits`` those found again on re-admissions after preemption; timeline rows are the fleet's ``(time_s, running, waiting, blocks_used, step_s, bound)`` every
         ``log_every`` steps and ``free`` sums the replicas' free blocks at the end. With a finite
         ``abort_wait_s`` the run stops once a replica's oldest waiting request has waited longer; the requests not
         finished by then keep NaN times.
@@ -132,6 +147,21 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     sched_ctx = np.empty(max_num_seqs + 1, np.int64)
     timeline = np.empty((1024, 6))
     rows = 0
+    caching = caching and mode == LAZY
+    hits = np.zeros(n, np.int64)
+    rehits = np.zeros(n, np.int64)
+    published = np.zeros(n, np.int64)
+    tab_off = np.zeros(n + 1 if caching else 1, np.int64)
+    widest = 1
+    if caching:
+        for r in range(n):
+            width = (prompt[r] + output[r] + block_size - 1) // block_size
+            tab_off[r + 1] = tab_off[r] + width
+            widest = max(widest, width)
+    table = np.empty(tab_off[-1], np.int32)
+    hit_buf = np.empty(widest, np.int64)
+    bkey, bref, bdup, qpos, bring, rheads, rtails, stack, depth, first = new_pool(replicas if caching else 0,
+                                                                                num_blocks, n_keys if caching else 0)
     next_arrival, done, steps, turn = 0, 0, 0, 0
     while done < n:
         k = -1
@@ -140,7 +170,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 k = j
         if next_arrival < n and (k < 0 or arrival[next_arrival] <= clocks[k]):
             r = next_arrival
-            j = route(router, r, replicas, load, group, home, stick_tokens, turn)
+            j = route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica)
             turn = j + 1
             replica[r] = j
             if counts[j] == 0 and sizes[j] == 0 and clocks[j] < arrival[r]:
@@ -190,7 +220,12 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             while need > free:
                 run_count -= 1
                 victim = running[run_count]
-                free += blocks[victim]
+                if caching:
+                    free += release(table, tab_off[victim], blocks[victim], bkey, bref, qpos, bring, rheads, rtails,
+                                    stack, depth, k)
+                    published[victim] = 0
+                else:
+                    free += blocks[victim]
                 blocks[victim] = 0
                 computed[victim] = 0
                 preemptions[victim] += 1
@@ -204,8 +239,16 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             if self_preempted:
                 break
             if need > 0:
+                if caching:
+                    allocate(need, table, tab_off[r] + blocks[r], bkey, bref, bdup, bring, rheads, stack, depth,
+                             first, k)
                 blocks[r] += need
                 free -= need
+            if caching and (computed[r] + new) // block_size > published[r]:
+                # vLLM caches the blocks a step fills when it is scheduled
+                full = (computed[r] + new) // block_size
+                publish(table, tab_off[r], published[r], full, run_off, run_end, run_base, r, bkey, bdup, first)
+                published[r] = full
             sched_req[ns] = r
             sched_tok[ns] = new
             sched_ctx[ns] = computed[r]
@@ -222,14 +265,24 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                             best = q
                     queue[head], queue[best] = queue[best], queue[head]
                 r = queue[head]
-                new = prompt[r] + generated[r] - computed[r]
+                known = prompt[r] + generated[r]
+                hit_blocks, revived = 0, 0
+                if caching:     # nothing computed: look up the longest cached prefix, one token short of known
+                    hit_blocks = longest_hit(first, bdup, run_off, run_end, run_base, r,
+                                             (known - 1) // block_size, k, num_blocks, hit_buf)
+                    for j in range(hit_blocks):
+                        if bref[hit_buf[j]] == 0:
+                            revived += 1
+                cached = hit_blocks * block_size
+                new = known - cached
                 if long_prefill > 0 and new > long_prefill:
                     new = long_prefill
                 if new > budget:
                     if not chunked:
                         break
                     new = budget
-                need = (new + block_size - 1) // block_size
+                # new blocks for the uncached part, plus the free cached blocks a hit takes out of the free queue
+                need = (cached + new + block_size - 1) // block_size - hit_blocks + revived
                 if mode != LAZY:
                     reserved = (reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
                         // block_size
@@ -239,7 +292,21 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     break
                 head = (head + 1) % ring
                 size -= 1
-                blocks[r] = need
+                if caching:
+                    revive(hit_buf, hit_blocks, table, tab_off[r], bref, bring, qpos, num_blocks)
+                    allocate(need - revived, table, tab_off[r] + hit_blocks, bkey, bref, bdup, bring, rheads, stack,
+                             depth, first, k)
+                    blocks[r] = hit_blocks + need - revived
+                    computed[r] = cached
+                    if preemptions[r] == 0:
+                        hits[r] = cached
+                    else:
+                        rehits[r] += cached
+                    full = (cached + new) // block_size
+                    publish(table, tab_off[r], hit_blocks, full, run_off, run_end, run_base, r, bkey, bdup, first)
+                    published[r] = max(full, hit_blocks)
+                else:
+                    blocks[r] = need
                 free -= need
                 running[run_count] = r
                 run_count += 1
@@ -285,7 +352,11 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     first_token[r] = t
                 if generated[r] >= output[r]:
                     finish[r] = t
-                    free += blocks[r]
+                    if caching:
+                        free += release(table, tab_off[r], blocks[r], bkey, bref, qpos, bring, rheads, rtails, stack,
+                                        depth, k)
+                    else:
+                        free += blocks[r]
                     blocks[r] = 0
                     load[k] -= prompt[r] + generated[r]
                     done += 1
@@ -302,4 +373,4 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             timeline, rows = log_step(timeline, rows, t, counts.sum(), sizes.sum(),
                                       replicas * num_blocks - frees.sum(), dt, bound)
     return (first_token, finish, first_sched, preemptions, rejected, steps, timeline[:rows], generated,
-            frees.sum(), replica)
+            frees.sum(), replica, hits, rehits)

@@ -6,13 +6,14 @@ Kept for the tests (the compiled kernel must match it exactly) and for the speed
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
 from planner.sim.engines.base import EngineSettings, RawRun
+from planner.sim.prefix import BlockRuns
 
 
 @dataclass
@@ -28,27 +29,102 @@ class Request:
     first_token: float = math.nan
     finish: float = math.nan
     first_scheduled: float = math.nan
+    keys: list[int] = field(default_factory=list)      # its full blocks' keys (prefix caching)
+    table: list[int] = field(default_factory=list)     # the physical blocks it holds, in order
+    published: int = 0                                 # how many of them are cached under their key
+    hits: int = 0
+    rehits: int = 0
 
     @property
     def known_tokens(self) -> int:          # prompt plus every token sampled so far
         return self.prompt + self.generated
 
 
-def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tuple) -> RawRun:
-    """vLLM V1 scheduling of the requests, one step at a time."""
+class Pool:
+    """vLLM V1's block pool with prefix caching: a free queue of every unused block (LRU at the head), blocks
+    cached under their key until popped for reuse, reference counts, duplicates kept oldest first."""
+
+    def __init__(self, blocks: int):
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(blocks))
+        self.cached: dict[int, list[int]] = {}
+        self.key = [-1] * blocks
+        self.ref = [0] * blocks
+
+    def find(self, key: int) -> int | None:
+        found = self.cached.get(key)
+        return found[0] if found else None
+
+    def pop(self) -> int:
+        block = next(iter(self.free))
+        del self.free[block]
+        if self.key[block] >= 0:                        # lazy eviction: only now does the key go
+            holders = self.cached[self.key[block]]
+            holders.remove(block)
+            if not holders:
+                del self.cached[self.key[block]]
+            self.key[block] = -1
+        self.ref[block] = 1
+        return block
+
+    def touch(self, block: int) -> None:
+        if self.ref[block] == 0:
+            del self.free[block]
+        self.ref[block] += 1
+
+    def publish(self, block: int, key: int) -> None:
+        self.key[block] = key
+        self.cached.setdefault(key, []).append(block)
+
+    def release(self, table: list[int]) -> int:
+        freed = 0
+        for block in reversed(table):                   # the last block first
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                self.free[block] = None                 # keyed: to the tail
+                if self.key[block] < 0:
+                    self.free.move_to_end(block, last=False)   # no key: to the head
+                freed += 1
+        return freed
+
+
+def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tuple,
+                  runs: BlockRuns | None = None) -> RawRun:
+    """vLLM V1 scheduling of the requests, one step at a time; with ``runs`` (the requests' block keys) and
+    ``settings.prefix_caching``, with vLLM V1's prefix cache."""
     step = step_seconds.py_func
     pending = deque(Request(i, float(a), int(p), int(o))
                     for i, (a, p, o) in enumerate(zip(arrival, prompt, output, strict=True)))
     requests = list(pending)
+    caching = runs is not None and settings.prefix_caching
+    if caching:
+        for req in requests:
+            req.keys = [int(k) for k in runs.keys(req.index)]
+    pool = Pool(settings.num_blocks)
     waiting: deque[Request] = deque()
     running: list[Request] = []
     free = settings.num_blocks
     now, steps = 0.0, 0
     rejected = np.zeros(len(requests), bool)
     finished = 0
+    block = settings.block_size
 
     def blocks_for(tokens: int) -> int:
-        return -(-tokens // settings.block_size)
+        return -(-tokens // block)
+
+    def grow(req: Request, count: int, upto_tokens: int) -> None:
+        """Give ``req`` ``count`` new blocks and cache the blocks full once ``upto_tokens`` are computed."""
+        if caching:
+            req.table += [pool.pop() for _ in range(count)]
+            for j in range(req.published, upto_tokens // block):
+                pool.publish(req.table[j], req.keys[j])
+            req.published = max(req.published, upto_tokens // block)
+        req.blocks += count
+
+    def drop(req: Request) -> int:
+        """Release ``req``'s blocks; returns how many became free."""
+        freed = pool.release(req.table) if caching else req.blocks
+        req.table, req.blocks, req.published = [], 0, 0
+        return freed
 
     while finished < len(requests):
         while pending and pending[0].arrival <= now:
@@ -66,8 +142,8 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
             preempted_itself = False
             while blocks_for(req.computed + new) - req.blocks > free:
                 victim = running.pop()                       # the most recently admitted
-                free += victim.blocks
-                victim.blocks, victim.computed = 0, 0
+                free += drop(victim)
+                victim.computed = 0
                 victim.preemptions += 1
                 waiting.appendleft(victim)
                 preempted_any = True
@@ -77,7 +153,7 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
             if preempted_itself:
                 break
             need = blocks_for(req.computed + new) - req.blocks
-            req.blocks += need
+            grow(req, need, req.computed + new)
             free -= need
             scheduled.append((req, new, req.computed))
             budget -= new
@@ -85,16 +161,33 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
         if not preempted_any:                                 # 2. admissions, FCFS
             while waiting and budget > 0 and len(running) < settings.max_num_seqs:
                 req = waiting[0]
-                new = req.known_tokens - req.computed
+                hit: list[int] = []
+                if caching:             # the longest cached prefix, at least one known token short
+                    for key in req.keys[:(req.known_tokens - 1) // block]:
+                        found = pool.find(key)
+                        if found is None:
+                            break
+                        hit.append(found)
+                cached = len(hit) * block
+                new = req.known_tokens - cached
                 if new > budget:
                     if not settings.chunked_prefill:
                         break
                     new = budget
-                need = blocks_for(new)
+                revived = sum(pool.ref[b] == 0 for b in hit)
+                need = blocks_for(cached + new) - len(hit) + revived
                 if need > free:
                     break
                 waiting.popleft()
-                req.blocks, free = need, free - need
+                for b in hit:
+                    pool.touch(b)
+                req.table, req.blocks, req.published, req.computed = list(hit), len(hit), len(hit), cached
+                if req.preemptions:
+                    req.rehits += cached
+                else:
+                    req.hits = cached
+                grow(req, need - revived, cached + new)
+                free -= need
                 running.append(req)
                 if math.isnan(req.first_scheduled):
                     req.first_scheduled = now
@@ -121,11 +214,11 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
                     req.first_token = now
                 if req.generated >= req.output:
                     req.finish = now
-                    free += req.blocks
-                    req.blocks = 0
+                    free += drop(req)
                     running.remove(req)
                     finished += 1
     return RawRun(np.array([r.first_token for r in requests]), np.array([r.finish for r in requests]),
                   np.array([r.first_scheduled for r in requests]), np.array([r.preemptions for r in requests]),
                   rejected, steps, np.empty((0, 6)), np.array([r.generated for r in requests]), free,
-                  np.zeros(len(requests), np.int64))
+                  np.zeros(len(requests), np.int64), np.array([r.hits for r in requests], np.int64),
+                  np.array([r.rehits for r in requests], np.int64))

@@ -48,6 +48,8 @@ class SimResult:
     free_blocks_at_end: int
     replica: np.ndarray | None = None     # the replica each request went to (-1: rejected up front)
     fleet: Fleet = ONE
+    hit_tokens: np.ndarray | None = None  # prompt tokens each found in the prefix cache (None: no cache modelled)
+    rehit_tokens: np.ndarray | None = None  # tokens found again on re-admission after a preemption
 
     @cached_property
     def verdict(self) -> str:
@@ -209,7 +211,7 @@ class SimulationSummary:
     replicas: int = 1
     router: str = ONE.router
     verdict: str = "stable"
-    prefix_cache: dict = field(default_factory=lambda: prefix_cache_stats(0))
+    prefix_cache: dict = field(default_factory=dict)
     per_replica: list[ReplicaSummary] = field(default_factory=list)
 
     @property
@@ -244,11 +246,20 @@ class SimulationSummary:
                      [[t["input"], t["output"], self.request_rate_rps, self.preemptions, self.verdict]])
 
     def replica_table(self) -> Table:
-        """Each replica's share of the requests and its TTFT/TPOT/queueing p50 and p99."""
+        """Each replica's share of the requests, its TTFT/TPOT/queueing p50 and p99 and its prefix-cache hits."""
         rows = [[r.replica + 1, r.requests, r.ttft_ms.p50, r.ttft_ms.p99, r.tpot_ms.p50, r.tpot_ms.p99,
-                 r.queue_ms.p99] for r in self.per_replica]
+                 r.queue_ms.p99, r.prefix_cache["hit_rate"]] for r in self.per_replica]
         return Table(f"Per replica ({self.router})", ["replica", "requests", "TTFT p50 ms", "TTFT p99 ms",
-                                                     "TPOT p50 ms", "TPOT p99 ms", "queue p99 ms"], rows)
+                                                     "TPOT p50 ms", "TPOT p99 ms", "queue p99 ms",
+                                                     "prefix hit rate"], rows)
+
+    def prefix_cache_table(self) -> Table:
+        """The replay's prefix cache: whether the engine caches, where the identity came from, the hits."""
+        c = self.prefix_cache
+        return Table("Prefix cache", ["cache", "identity", "hit rate", "hit tokens", "prompt tokens",
+                                      "found again after preemption"],
+                     [["on" if c["enabled"] else "off", c["identity"] or "none", c["hit_rate"], c["hit_tokens"],
+                       c["prompt_tokens"], c["rehit_tokens"]]])
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("engine", "workload", "requests", "completed", "rejected",
@@ -276,11 +287,20 @@ def rejection_note(requests: int, too_long: int, longest_prompt: int, max_model_
             f"requests. The latencies cover the rest; to serve them, {fix}.")
 
 
-def prefix_cache_stats(prompt_tokens: int, hit_tokens: int = 0) -> dict:
-    """The ``prefix_cache`` object (CONTRACT.md Additions): prompt tokens served from the cache over all prompt
-    tokens of completed requests. No engine caches prefixes yet, so hits are 0."""
-    return {"hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0, "hit_tokens": int(hit_tokens),
-            "prompt_tokens": int(prompt_tokens)}
+def prefix_cache_stats(result: SimResult, mask: np.ndarray) -> dict:
+    """The ``prefix_cache`` object (CONTRACT.md Additions) of the completed requests ``mask`` selects: prompt tokens
+    served from the cache at their first admission over all their prompt tokens (0 with the cache off or no prefix
+    identity). ``rehit_tokens`` adds what requests found again when re-admitted after a preemption: vLLM counts
+    those lookups too (as ``preempted`` queries); a lookup that failed to get blocks counts nowhere here.
+    ``enabled``: the engine cached prefixes in this replay; ``identity``: where the prefix identity came from
+    (None: the workload carries none, so no hit could be found)."""
+    done = mask & result.completed
+    prompt_tokens = int(result.workload.input_tokens[done].sum())
+    hits = int(result.hit_tokens[done].sum()) if result.hit_tokens is not None else 0
+    rehits = int(result.rehit_tokens[done].sum()) if result.rehit_tokens is not None else 0
+    return {"hit_rate": hits / prompt_tokens if prompt_tokens else 0.0, "hit_tokens": hits,
+            "prompt_tokens": prompt_tokens, "rehit_tokens": rehits, "enabled": result.hit_tokens is not None,
+            "identity": result.workload.prefix.source if result.workload.prefix is not None else None}
 
 
 def per_replica(result: SimResult) -> list[ReplicaSummary]:
@@ -290,10 +310,9 @@ def per_replica(result: SimResult) -> list[ReplicaSummary]:
     out = []
     for k in range(result.fleet.replicas):
         mine = result.replica == k
-        done = mine & result.completed
         out.append(ReplicaSummary(k, int(mine.sum()), Percentiles.of(result.ttft_s[mine]),
                                   Percentiles.of(result.tpot_s[mine]), Percentiles.of(result.queue_s[mine]),
-                                  prefix_cache_stats(int(result.workload.input_tokens[done].sum()))))
+                                  prefix_cache_stats(result, mine)))
     return out
 
 
@@ -328,7 +347,7 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
         preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
         steps=result.steps, settings=asdict(scenario.settings),
         per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
-        verdict=result.verdict, prefix_cache=prefix_cache_stats(int(tokens_in)), per_replica=per_replica(result),
+        verdict=result.verdict, prefix_cache=prefix_cache_stats(result, done), per_replica=per_replica(result),
         timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
                           timeline[:, 3].tolist(), (timeline[:, 4] * 1e3).tolist()))
 

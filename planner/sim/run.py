@@ -51,7 +51,8 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
     args = (work.arrival_s[keep], prompt[keep], output[keep], settings, coeffs, log_every)
     if eng.fleet_loop:
         group = work.group[keep] if work.group is not None else np.full(int(keep.sum()), -1, np.int64)
-        spec = FleetSpec(fleet.replicas, router.code, group, int(group.max(initial=-1)) + 1)
+        identity = work.prefix.subset(keep) if work.prefix is not None else None
+        spec = FleetSpec(fleet.replicas, router.code, group, int(group.max(initial=-1)) + 1, identity)
         raw = eng.run(*args, spec)
     else:
         raw = _round_robin(eng, args, fleet.replicas)
@@ -67,11 +68,12 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
         return out
     rejected = full(raw.rejected, True)
     rejected[too_long] = True
-    final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group)
+    final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group, work.prefix)
+    cached = raw.hits is not None and eng.caches_prefixes(settings)
     return SimResult(scenario, final, full(raw.first_token, np.nan), full(raw.finish, np.nan),
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, too_long, raw.steps,
                      raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end, full(raw.replica, -1),
-                     fleet)
+                     fleet, full(raw.hits, 0) if cached else None, full(raw.rehits, 0) if cached else None)
 
 
 def default_router(engine: str) -> str:

@@ -9,19 +9,22 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.sim.prefix import PrefixIdentity, declared, from_hash_ids, from_sessions, parse_shared_prefix
 
 
 @dataclass(frozen=True)
 class SimWorkload:
     """Requests sorted by arrival: seconds, prompt tokens and output tokens (≥ 1); ``group`` is each request's
     session (or shared-prefix) id, 0 … groups − 1 and −1 for none, where the trace carries one (a prefix-aware
-    router keeps a group on one replica)."""
+    router keeps a group on one replica); ``prefix`` which prompt tokens repeat earlier requests' tokens
+    (:mod:`planner.sim.prefix`), None where nothing says."""
 
     arrival_s: np.ndarray
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str
     group: np.ndarray | None = None
+    prefix: PrefixIdentity | None = None
 
     @property
     def n(self) -> int:
@@ -33,10 +36,30 @@ class SimWorkload:
             return self
         return replace(self, output_tokens=np.minimum(self.output_tokens, int(max_new_tokens)))
 
+    def with_shared_prefix(self, spec: str | None) -> SimWorkload:
+        """The workload with a declared shared prefix (``TOKENS[:SHARE]``, :func:`planner.sim.prefix.declared`)
+        where it carries no identity of its own; None or an empty spec: unchanged.
 
-def sorted_workload(arrival, inputs, outputs, source: str, group=None) -> SimWorkload:
+        Raises
+        ------
+        PlannerError
+            For a malformed spec, or a trace whose own identity (hash ids, sessions) would be overridden.
+        """
+        if not spec:
+            return self
+        tokens, share = parse_shared_prefix(spec)
+        if self.prefix is not None:
+            raise PlannerError(f"--shared-prefix {spec}: the workload already carries a prefix identity "
+                               f"({self.prefix.describe()}); a declared prefix is for traces with none")
+        return replace(self, prefix=declared(self.n, self.input_tokens, tokens, share))
+
+
+def sorted_workload(arrival, inputs, outputs, source: str, group=None, hash_ids=None) -> SimWorkload:
     """Requests in arrival order (stable), times from the first arrival, lengths at least one token; ``group``
-    (any hashable ids, None/NaN for none) becomes codes 0 … k − 1 in order of first appearance, −1 for none."""
+    (any hashable ids, None/NaN for none) becomes codes 0 … k − 1 in order of first appearance, −1 for none.
+
+    The prefix identity comes from ``hash_ids`` (a list of id lists, Mooncake-style) where given, else is derived
+    from the groups as sessions (:mod:`planner.sim.prefix`)."""
     order = np.argsort(arrival, kind="stable")
     inputs = np.maximum(np.asarray(inputs, dtype=np.int64)[order], 1)
     outputs = np.maximum(np.asarray(outputs, dtype=np.int64)[order], 1)
@@ -48,7 +71,12 @@ def sorted_workload(arrival, inputs, outputs, source: str, group=None) -> SimWor
             if g is not None and g == g:         # NaN is not an id
                 codes[i] = seen.setdefault(g, len(seen))
         codes = codes if len(seen) else None
-    return SimWorkload(arrival - (arrival[0] if arrival.size else 0.0), inputs, outputs, source, codes)
+    prefix = None
+    if hash_ids is not None:
+        prefix = from_hash_ids([hash_ids[i] for i in order], inputs)
+    elif codes is not None:
+        prefix = from_sessions(codes, inputs, outputs)
+    return SimWorkload(arrival - (arrival[0] if arrival.size else 0.0), inputs, outputs, source, codes, prefix)
 
 
 def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
@@ -84,7 +112,7 @@ def _lengths(spec: str, n: int, rng: np.random.Generator, what: str) -> np.ndarr
 
 def synthetic(spec: str) -> SimWorkload:
     """The contract's ``--synthetic`` spec: ``requests=N,input=LEN,output=LEN,qps=Q[,arrival=poisson|gamma:CV]
-    [,seed=N]``."""
+    [,seed=N][,prefix=TOKENS:SHARE]`` (``prefix``: a declared shared prefix, e.g. a system prompt)."""
     fields = {}
     for item in spec.split(","):
         key, sep, value = item.partition("=")
@@ -94,7 +122,7 @@ def synthetic(spec: str) -> SimWorkload:
     missing = [k for k in ("requests", "input", "output", "qps") if k not in fields]
     if missing:
         raise PlannerError(f"--synthetic lacks {', '.join(missing)}: expected requests=N,input=LEN,output=LEN,qps=Q")
-    unknown = set(fields) - {"requests", "input", "output", "qps", "arrival", "seed"}
+    unknown = set(fields) - {"requests", "input", "output", "qps", "arrival", "seed", "prefix"}
     if unknown:
         raise PlannerError(f"--synthetic has unknown keys {', '.join(sorted(unknown))}")
     try:
@@ -111,8 +139,9 @@ def synthetic(spec: str) -> SimWorkload:
         raise PlannerError(f"arrival={arrival!r}: expected poisson or gamma:CV")
     rng = np.random.default_rng(seed)
     times = poisson_or_gamma(n, qps, rng, cv)
-    return sorted_workload(times, _lengths(fields["input"], n, rng, "input"),
+    work = sorted_workload(times, _lengths(fields["input"], n, rng, "input"),
                            _lengths(fields["output"], n, rng, "output"), f"synthetic {spec}")
+    return work.with_shared_prefix(fields.get("prefix"))
 
 
 def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: int = 0) -> SimWorkload:

@@ -18,6 +18,7 @@ import duckdb
 from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.content_hash import ContentHash
+from planner.traces.hash_ids import hash_ids_sql
 from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
 from planner.traces.sources import Dialect, Source, open_source, read_error, sql_str
 from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind, seconds_sql
@@ -25,7 +26,7 @@ from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind, se
 ProgressFn = Callable[[float, str], None]
 _SAMPLE_ROWS = 20_000
 _OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
-                    "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR"}
+                    "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR", "hash_ids": "BIGINT[]"}
 _TEXT_FIELDS = tuple(f for f, sql_type in _OPTIONAL_FIELDS.items() if sql_type == "VARCHAR")
 _FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
 _MAX_WHOLE_TOKENS = 2.0 ** 53
@@ -104,6 +105,7 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     text = {fld: f"CAST({cols[col]} AS VARCHAR)" for fld, col in mapping.columns.items()}
     units = dict(mapping.units)
     time_kind = None
+    input_ok = "false"
     parsed: list[str] = []
     bad: list[str] = []
     reasons: list[str] = []
@@ -115,7 +117,10 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
         parsed.append(f"TRY_CAST({v} AS DOUBLE) AS {x}")
         # NaN compares above everything in DuckDB, so the upper bound also rejects NaN and inf
-        bad.append(f"NOT coalesce({x} >= 0 AND {x} = floor({x}) AND {x} < {_MAX_WHOLE_TOKENS!r}, false)")
+        ok = f"coalesce({x} >= 0 AND {x} = floor({x}) AND {x} < {_MAX_WHOLE_TOKENS!r}, false)"
+        if fld == "input_tokens":
+            input_ok = ok
+        bad.append(f"NOT {ok}")
         reasons.append(
             f"CASE WHEN {blank(v)} THEN {lab} || ': missing' "
             f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
@@ -147,6 +152,10 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     for fld in _TEXT_FIELDS:
         if fld in mapping.columns:
             parsed.append(f"nullif({text[fld]}, '') AS __{fld}")
+    if "hash_ids" in mapping.columns:   # nothing parsed, tested or stored for a trace without them
+        label = _label("hash_ids", mapping.columns["hash_ids"])
+        for part, sql in zip((parsed, bad, reasons), hash_ids_sql(cur, source, mapping, input_ok, label), strict=True):
+            part.append(sql)
 
     status_failed = "false"
     if "status" in mapping.columns:

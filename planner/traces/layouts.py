@@ -22,6 +22,7 @@ FIELDS_HELP = {
     "e2e_ms": "end-to-end latency",
     "status": "request outcome (HTTP code or text); failures are flagged",
     "service": "service or log type the request came through (e.g. BurstGPT 'Log Type')",
+    "hash_ids": "prefix block ids, one per 512-token prompt block (Mooncake hash_ids; equal ids = shared prefix)",
 }
 FIELDS = tuple(FIELDS_HELP)
 REQUIRED = ("input_tokens", "output_tokens")
@@ -61,8 +62,10 @@ KNOWN_LAYOUTS = (
            {"arrival": "s", "e2e_ms": "s"},
            help="BurstGPT, 6- or 8-column (zero response tokens = failed request; Elapsed time in seconds)"),
     Layout("mooncake", frozenset({"timestamp", "input_length", "output_length"}),
-           {"arrival": "timestamp", "input_tokens": "input_length", "output_tokens": "output_length"},
-           {"arrival": "ms"}, help="Mooncake JSONL (timestamp in ms from the trace start)"),
+           {"arrival": "timestamp", "input_tokens": "input_length", "output_tokens": "output_length",
+            "hash_ids": "hash_ids"},
+           {"arrival": "ms"}, help="Mooncake JSONL (timestamp in ms from the trace start; hash_ids one id per "
+                                   "512-token prefix block)"),
     Layout("vidur-replay", frozenset({"arrived_at", "num_prefill_tokens", "num_decode_tokens"}),
            {"arrival": "arrived_at", "input_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"},
            {"arrival": "s"}, help="Vidur trace replay (arrived_at in seconds)"),
@@ -96,6 +99,7 @@ GENERIC_ALIASES = {
                "end_to_end_latency", "elapsed_time", "duration_ms", "duration", "request_latency"],
     "status": ["status", "status_code", "http_status", "outcome", "error", "finish_reason"],
     "service": ["service", "log_type", "endpoint", "api"],
+    "hash_ids": ["hash_ids", "block_hashes", "prefix_hash_ids"],
 }
 
 # Median above which a bare latency column is taken to be in milliseconds rather than seconds.

@@ -15,14 +15,17 @@ from planner.workload.rates import arrival_rate_rps
 
 
 def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: float | None = None,
-               qps: float | None = None, seed: int = 0) -> SimWorkload:
+               qps: float | None = None, seed: int = 0, shared_prefix: str | None = None) -> SimWorkload:
     """A stored trace's non-failed requests: its own arrivals, sped up ``rate_scale`` times or rescaled to ``qps``
-    (a trace without timestamps needs ``qps``: Poisson arrivals at that rate)."""
+    (a trace without timestamps needs ``qps``: Poisson arrivals at that rate), with their prefix identity: the
+    stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared."""
     info = store.get_trace(con, trace_ref)
     view = store.requests_view(info.trace_id)
-    has_session = "session_id" in con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
+    columns = con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
+    has_session = "session_id" in columns
     session = "session_id" if has_session else "NULL AS session_id"
-    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session} FROM {view} "
+    hashes = "hash_ids" if "hash_ids" in columns else "NULL AS hash_ids"
+    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes} FROM {view} "
                              f"WHERE NOT failed AND output_tokens > 0 ORDER BY arrival NULLS LAST, \"row\"").pl()
     if frame.height == 0:
         raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
@@ -46,7 +49,8 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
     label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     groups = frame["session_id"].to_numpy() if has_session else None
-    return sorted_workload(arrival, inputs, outputs, label, groups)
+    hash_ids = frame["hash_ids"].to_list() if frame["hash_ids"].null_count() < frame.height else None
+    return sorted_workload(arrival, inputs, outputs, label, groups, hash_ids).with_shared_prefix(shared_prefix)
 
 
 def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:

@@ -15,6 +15,8 @@ from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.queries import length_expr
 from planner.workload.fits import arrival_fit_dict, arrival_overview
+from planner.workload.replay import from_trace
+from planner.workload.reuse import DEFAULT_BLOCK_SIZE, ReuseAnalysis, workload_reuse
 from planner.workload.stats import LENGTH_FIELDS, PERCENTILES, percentile_block_sql
 
 DEFAULT_BUCKET_EDGES = (512, 2048)
@@ -172,9 +174,22 @@ def latency_buckets(con: duckdb.DuckDBPyConnection, trace_id: str, latency_field
     return LatencyBuckets(latency_field, by_field, float(p99), rows, driver)
 
 
+def trace_reuse(con: duckdb.DuckDBPyConnection, trace_ref: str, *, shared_prefix: str | None = None,
+                block_size: int = DEFAULT_BLOCK_SIZE, progress=None) -> ReuseAnalysis:
+    """What a stored trace's prompt reuse is worth (:mod:`planner.workload.reuse`), in its arrival order (row order
+    without timestamps), with a declared ``shared_prefix`` where it carries no identity."""
+    info = store.get_trace(con, trace_ref)
+    work = from_trace(con, info.trace_id, qps=None if info.has_timestamps else 1.0, shared_prefix=shared_prefix)
+    return workload_reuse(work, block_size, progress)
+
+
 def workload_report(con: duckdb.DuckDBPyConnection, trace_ref: str, *, window_s: float | None = None,
-                    edges: tuple[float, ...] = DEFAULT_BUCKET_EDGES) -> dict:
-    """The ``workload`` CLI object: every table the Workload page shows, from the same functions."""
+                    edges: tuple[float, ...] = DEFAULT_BUCKET_EDGES, shared_prefix: str | None = None,
+                    block_size: int = DEFAULT_BLOCK_SIZE, kv_bytes_per_token: int | None = None,
+                    with_reuse: bool = True) -> dict:
+    """The ``workload`` CLI object: every table the Workload page shows, from the same functions; the prefix
+    reuse (:func:`trace_reuse`; in GiB as well given one token's KV bytes) unless ``with_reuse`` is off (the page
+    caches it on its own)."""
     info = store.get_trace(con, trace_ref)
     tid = info.trace_id
     arrivals = arrival_overview(con, info)
@@ -199,4 +214,6 @@ def workload_report(con: duckdb.DuckDBPyConnection, trace_ref: str, *, window_s:
             "span_s": arrivals["span_s"], "fit": arrival_fit_dict(arrivals["fit"]),
             "dispersion": arrivals["dispersion"],
             "peaks": arrivals["peaks"]},
+        "prefix_reuse": trace_reuse(con, tid, shared_prefix=shared_prefix,
+                                    block_size=block_size).to_dict(kv_bytes_per_token) if with_reuse else None,
     }

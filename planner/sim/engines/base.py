@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from planner.sim.kernel import LAZY, reserved_tokens
+from planner.sim.prefix import PrefixIdentity
 from planner.sim.routers.prefix_aware import STICK_POOL_FRACTION
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class EngineSettings:
     reserve_quantile: float | None = None   # vllm-v1 remedy: reserve this quantile of a predicted output length
     priority: str = "fcfs"            # or "shortest-predicted" (vllm-v1 remedy)
     abort_wait_s: float = float("inf")  # vllm-v1: stop once a request has waited this long (search pruning)
+    prefix_caching: bool = True       # vllm-v1: vLLM V1's automatic prefix caching (on by default in vllm serve)
 
 
 @dataclass(frozen=True)
@@ -47,23 +49,40 @@ class RawRun:
     generated: np.ndarray       # output tokens each request produced
     free_blocks_at_end: int
     replica: np.ndarray         # the replica each request was routed to
+    hits: np.ndarray | None = None      # prompt tokens found in the prefix cache at first admission (None: no cache)
+    rehits: np.ndarray | None = None    # tokens found again on re-admissions after preemption
 
 
 @dataclass(frozen=True)
 class FleetSpec:
     """What a fleet loop needs beyond one engine's settings: the replica count, the router's code in the compiled
-    loop and each request's group (session or shared-prefix id, -1 for none) with the number of groups."""
+    loop, each request's group (session id, -1 for none) with the number of groups, and the requests' prefix
+    identity (None: the trace carries none)."""
 
     replicas: int
     router: int
     group: np.ndarray
     n_groups: int
+    identity: PrefixIdentity | None = None
 
-    def kernel_args(self, settings: EngineSettings) -> tuple:
-        """The fleet loop's trailing arguments; a prefix-aware router's margin is a quarter of one replica's KV
-        pool (:mod:`planner.sim.routers.prefix_aware`)."""
-        return (self.replicas, self.router, self.group, self.n_groups,
-                settings.num_blocks * settings.block_size // STICK_POOL_FRACTION)
+    def kernel_args(self, settings: EngineSettings, prompt: np.ndarray, output: np.ndarray,
+                    caching: bool = False) -> tuple:
+        """The fleet loop's trailing arguments: the fleet, then the prefix cache (``caching`` and an identity: the
+        block keys at the settings' block size). A prefix-aware router's margin is a quarter of one replica's KV
+        pool (:mod:`planner.sim.routers.prefix_aware`); it follows a request's parent in the identity."""
+        n = prompt.shape[0]
+        parent = np.full(n, -1, np.int64)
+        empty = np.empty(0, np.int64)
+        runs = (empty, empty, empty, 0)
+        if self.identity is not None:
+            parent = np.where(self.identity.parent < n, self.identity.parent, -1)
+            if caching:
+                keyed = self.identity.runs(prompt + output, settings.block_size)
+                runs = (keyed.run_off, keyed.run_end, keyed.run_base, keyed.n_keys)
+        group = self.group if self.group.size == n else np.full(n, -1, np.int64)
+        return (self.replicas, self.router, group, self.n_groups,
+                settings.num_blocks * settings.block_size // STICK_POOL_FRACTION,
+                caching and self.identity is not None, *runs, parent)
 
 
 ONE_REPLICA = FleetSpec(1, 0, np.empty(0, np.int64), 0)
@@ -90,6 +109,13 @@ class Engine:
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
+    # whether its loop caches prefixes under given settings (None: never), and what the real engine does
+    prefix_caching: Callable[[EngineSettings], bool] | None = None
+    prefix_cache_note: str = "computes every prompt in full (no prefix cache modelled)"
+
+    def caches_prefixes(self, settings: EngineSettings) -> bool:
+        """Whether this engine's loop reuses cached prefixes under ``settings`` (given a prefix identity)."""
+        return self.prefix_caching is not None and self.prefix_caching(settings)
 
     def command(self, config: dict, scenario: Scenario) -> str:
         """The command line that starts this engine for ``scenario`` with ``config`` (a recommendation's

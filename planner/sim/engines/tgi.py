@@ -11,7 +11,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, settings.max_num_batched_tokens, settings.block_size,
                           settings.num_blocks, settings.chunked_prefill, 0, ENGINE.reservation, log_every,
-                          arrival, False, np.inf, *fleet.kernel_args(settings))
+                          arrival, False, np.inf, *fleet.kernel_args(settings, prompt, output))
     return RawRun(*out)
 
 
@@ -34,4 +34,6 @@ def launch_args(config: dict, scenario) -> str:
 ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
                 "output is re-queued per 1,024-token chunk with what it generated as prompt; never preempts "
                 "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens.", run, reservation=RESERVE_CHUNKED,
-                launcher="text-generation-launcher --model-id {model}", launch_args=launch_args)
+                launcher="text-generation-launcher --model-id {model}", launch_args=launch_args,
+                prefix_cache_note="computes every prompt: TGI 3's prefix caching (on by default there) is not "
+                "modelled, so its TTFT on reused prompts is an upper bound")

@@ -17,7 +17,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
                           ENGINE.reservation, log_every, arrival, False, np.inf,
-                          *fleet.kernel_args(settings))
+                          *fleet.kernel_args(settings, prompt, output))
     return RawRun(*out)
 
 
@@ -34,4 +34,6 @@ ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",
                 "In-flight batching with max_num_tokens per step; a request is admitted only when its prompt + "
                 "max output fits in 32-token blocks, so a started request is never paused.", run,
                 reservation=RESERVE_MAX, block_tokens=TOKENS_PER_BLOCK, launcher="trtllm-serve {model}",
-                launch_args=launch_args)
+                launch_args=launch_args,
+                prefix_cache_note="computes every prompt: TensorRT-LLM's KV cache reuse (enable_block_reuse) is "
+                "not modelled, so its TTFT on reused prompts is an upper bound")

@@ -159,4 +159,6 @@ ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
                 "decodes one token; when blocks run out the latest request is preempted by recompute, or swapped "
                 "to the host and back over PCIe (--preemption swap).", run,
                 preemption_modes=("recompute", "swap"), chunks_prefill=False,
-                launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args, fleet_loop=False)
+                launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args, fleet_loop=False,
+                prefix_cache_note="computes every prompt: V0's prefix caching was off by default "
+                "(--enable-prefix-caching), and is not modelled")

@@ -20,8 +20,13 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
                           settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
                           settings.priority != "fcfs", settings.abort_wait_s,
-                          *fleet.kernel_args(settings))
+                          *fleet.kernel_args(settings, prompt, output, ENGINE.caches_prefixes(settings)))
     return RawRun(*out)
+
+
+def _caches(settings: EngineSettings) -> bool:
+    # the remedies reserve blocks up front, which vLLM's prefix cache has no rule for: modelled without it
+    return settings.prefix_caching and not settings.reserve_quantile
 
 
 def launch_args(config: dict, scenario) -> str:
@@ -29,6 +34,8 @@ def launch_args(config: dict, scenario) -> str:
     parts = [f"--max-num-seqs {config['max_num_seqs']}", f"--max-num-batched-tokens {config['max_num_batched_tokens']}"]
     if not config["enable_chunked_prefill"]:
         parts.append("--no-enable-chunked-prefill")
+    if not scenario.prefix_caching:
+        parts.append("--no-enable-prefix-caching")
     return " ".join(parts + vllm_scenario_flags(scenario))
 
 
@@ -36,4 +43,6 @@ ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens)
                 "(a decode costs one token, partial prefills continue), then FCFS admission while fewer than "
                 "max_num_seqs run and blocks exist for the first chunk; no admission in a step that preempted; "
                 "blocks allocated lazily; the last admitted request is preempted by recompute when they run out.",
-                run, launcher="vllm serve {model}", launch_args=launch_args)
+                run, launcher="vllm serve {model}", launch_args=launch_args, prefix_caching=_caches,
+                prefix_cache_note="caches prefixes as vLLM V1 does by default (--no-prefix-cache turns it off; the "
+                "seeds' reservation remedy computes every prompt)")

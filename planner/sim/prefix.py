@@ -1,0 +1,237 @@
+"""Prefix identity: which tokens of each request are the same tokens as another request's, as a tree.
+
+vLLM V1 keys every full KV block by a chained hash, so a block's key fixes the whole prefix before it
+(``../shared/reference/prefix-cache-and-routing.md`` §1.1). Any such chained identity is a tree: each request
+shares its first ``shared_tokens`` tokens with one earlier *parent* sequence (the parent's prompt and output) and
+the rest is its own. A block's key is then the pair (the sequence that first owned the block, block index), found
+by walking up the tree, which the simulator materializes once per block size as *runs*.
+
+Three sources give the tree:
+
+- **hash_ids** (Mooncake): one id per 512-token prefix block; equal ids mean that block and everything before it are
+  equal (Mooncake FAST'25 appendix A.2). A request's parent is an earlier request with the longest common id
+  prefix. KV block ``j`` (``B`` tokens, ``B`` dividing 512) then has the key of id ``j·B // 512``, sub-block
+  ``j mod 512/B``, exactly as reference §2 maps it; the last id of a prompt that is not a multiple of 512 covers
+  only its full KV blocks. Prompts that diverge inside a 512-token block share none of it here although vLLM would
+  share up to 31 sixteen-token blocks: the trace's reuse is a lower bound.
+- **sessions** (derived): turn k of a session extends turn k−1's prompt and answer when its prompt is at least that
+  long (a chat resends the conversation). Marked derived: the trace says nothing about the tokens themselves.
+- **declared**: a shared prefix of N tokens (a system prompt) on a given share of the requests, spread evenly
+  (request i carries it when ⌊(i+1)·share⌋ > ⌊i·share⌋), held by one virtual sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+# Tokens per prefix block id: a request's hash_ids hold ceil(input_tokens / 512) ids. Mooncake
+# (kvcache-ai/Mooncake, FAST25-release/README.md): "The block size is 512 tokens".
+MOONCAKE_BLOCK_TOKENS = 512
+SOURCES = {"hash_ids": "hash_ids stored with each request (Mooncake: one id per 512-token prefix block)",
+           "sessions": "derived from sessions: each turn extends the previous turn's prompt and answer",
+           "declared": "a declared shared prefix (e.g. a system prompt)"}
+
+
+@dataclass(frozen=True)
+class PrefixIdentity:
+    """Each request's parent sequence and the tokens it shares with it, in workload (arrival) order.
+
+    ``parent[r]`` is an earlier request (``0 … n−1``), a virtual sequence (``n + v``, ``virtual_tokens[v]``
+    long) or −1; ``shared_tokens[r]`` is how many of ``r``'s first tokens equal the parent's (prompt, then output).
+    """
+
+    source: str                  # a key of SOURCES
+    parent: np.ndarray           # int64 per request
+    shared_tokens: np.ndarray    # int64 per request, 0 where parent is −1
+    virtual_tokens: np.ndarray   # int64 per virtual sequence
+    detail: str = ""             # what the derivation found (links made, lengths that disagreed)
+
+    @property
+    def derived(self) -> bool:
+        """Whether the identity was inferred from lengths rather than read from the trace or declared."""
+        return self.source == "sessions"
+
+    @property
+    def n(self) -> int:
+        return int(self.parent.size)
+
+    def describe(self) -> str:
+        """One line for pages and reports: the source and what it found."""
+        return SOURCES[self.source] + (f" ({self.detail})" if self.detail else "")
+
+    def subset(self, keep: np.ndarray) -> PrefixIdentity:
+        """The identity of the requests ``keep`` selects (a boolean mask), parents outside it cut off."""
+        return self.take(np.flatnonzero(keep))
+
+    def take(self, indices: np.ndarray, copy: np.ndarray | None = None) -> PrefixIdentity:
+        """The identity of a workload whose request ``q`` is request ``indices[q]`` of this one (in the new
+        arrival order), ``copy[q]`` telling apart copies of one request (a bootstrap resample): a request keeps its
+        parent where the same copy of it comes earlier, and shares nothing otherwise; a declared prefix is shared by
+        every copy."""
+        indices = np.asarray(indices, np.int64)
+        copy = np.zeros(indices.size, np.int64) if copy is None else np.asarray(copy, np.int64)
+        m = indices.size
+        parent = np.full(m, -1, np.int64)
+        shared = np.zeros(m, np.int64)
+        position: dict[tuple[int, int], int] = {}
+        for q in range(m):
+            old, c = int(indices[q]), int(copy[q])
+            p = int(self.parent[old])
+            if p >= self.n:
+                parent[q], shared[q] = m + p - self.n, self.shared_tokens[old]
+            elif p >= 0 and (c, p) in position:
+                parent[q], shared[q] = position[(c, p)], self.shared_tokens[old]
+            position.setdefault((c, old), q)
+        return PrefixIdentity(self.source, parent, shared, self.virtual_tokens, self.detail)
+
+    def runs(self, seq_tokens: np.ndarray, block_size: int) -> BlockRuns:
+        """The block keys of every request at ``block_size``-token KV blocks: request ``r``'s block ``j`` (of its
+        full blocks, prompt and output: ``seq_tokens[r]`` tokens) has key ``run_base[i] + j`` for the first run
+        ``i`` of ``r`` (from ``run_off[r]``) with ``run_end[i] > j``."""
+        return block_runs(self, np.asarray(seq_tokens, np.int64), int(block_size))
+
+
+@dataclass(frozen=True)
+class BlockRuns:
+    """Block keys as runs (CSR): request ``r``'s runs are ``run_off[r] … run_off[r+1]−1``; each covers blocks up to
+    ``run_end`` (exclusive) with key ``run_base + j``. ``n_keys`` bounds every key."""
+
+    run_off: np.ndarray
+    run_end: np.ndarray
+    run_base: np.ndarray
+    n_keys: int
+
+    def keys(self, r: int) -> np.ndarray:
+        """Request ``r``'s block keys in order (for tests and the reuse analysis)."""
+        out, start = [], 0
+        for i in range(self.run_off[r], self.run_off[r + 1]):
+            out.append(self.run_base[i] + np.arange(start, self.run_end[i]))
+            start = self.run_end[i]
+        return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def block_runs(identity: PrefixIdentity, seq_tokens: np.ndarray, block_size: int) -> BlockRuns:
+    """Materialize the tree into runs at one KV block size (see :meth:`PrefixIdentity.runs`)."""
+    n = identity.n
+    if seq_tokens.size != n:
+        raise PlannerError(f"prefix identity of {n} requests for a workload of {seq_tokens.size}")
+    parent, shared = identity.parent, identity.shared_tokens
+    # a sequence's keyed length covers its own tokens and whatever a child shares of it (an answer the engine cut
+    # short is still part of the next turn's prompt)
+    length = np.concatenate([seq_tokens, identity.virtual_tokens]).astype(np.int64)
+    has = parent >= 0
+    np.maximum.at(length, parent[has], shared[has])
+    blocks = length // block_size
+    base = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
+    own_blocks = seq_tokens // block_size
+    run_off = np.zeros(n + 1, np.int64)
+    ends: list[list[int]] = []
+    bases: list[list[int]] = []
+    for r in range(n):
+        e, b = [], []
+        p = int(parent[r])
+        upto = int(shared[r]) // block_size if p >= 0 else 0
+        if upto > 0 and p < n:
+            for end, key_base in zip(ends[p], bases[p], strict=True):
+                e.append(min(end, upto))
+                b.append(key_base)
+                if end >= upto:
+                    break
+        if upto > 0 and (not e or e[-1] < upto):
+            # past the parent's own runs (a virtual sequence, or tokens of an answer the engine cut short): the
+            # parent's keys all the same
+            e.append(upto)
+            b.append(int(base[p]))
+        if own_blocks[r] > upto or not e:
+            e.append(int(own_blocks[r]))
+            b.append(int(base[r]))
+        ends.append(e)
+        bases.append(b)
+        run_off[r + 1] = run_off[r] + len(e)
+    flat_end = np.fromiter((x for e in ends for x in e), np.int64, int(run_off[-1]))
+    flat_base = np.fromiter((x for b in bases for x in b), np.int64, int(run_off[-1]))
+    return BlockRuns(run_off, flat_end, flat_base, int(blocks.sum()))
+
+
+def from_hash_ids(hash_ids: list, input_tokens: np.ndarray, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+                  ) -> PrefixIdentity:
+    """The tree of chained prefix ids (Mooncake ``hash_ids``, in workload order): each request's parent is the
+    latest earlier request holding its longest matching id prefix; they share that many ids' tokens (a matching
+    partial last id: the whole prompt)."""
+    n = len(hash_ids)
+    parent = np.full(n, -1, np.int64)
+    shared = np.zeros(n, np.int64)
+    holder: dict[int, int] = {}     # id -> latest request holding it (every holder has the same prefix up to it)
+    for r, ids in enumerate(hash_ids):
+        ids = [] if ids is None else list(ids)
+        matched = 0
+        while matched < len(ids) and ids[matched] in holder:
+            matched += 1
+        if matched:
+            p = holder[ids[matched - 1]]
+            parent[r] = p
+            shared[r] = min(matched * block_tokens, int(input_tokens[r]), int(input_tokens[p]))
+        for h in ids:
+            holder[h] = r
+    linked = int((parent >= 0).sum())
+    return PrefixIdentity("hash_ids", parent, shared, np.empty(0, np.int64),
+                          f"{linked:,} of {n:,} requests share a prefix with an earlier one; ids of {block_tokens} "
+                          "tokens, so a lower bound")
+
+
+def from_sessions(group: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray) -> PrefixIdentity:
+    """Turn k of a session (``group`` codes, −1 none, in arrival order) extends turn k−1's prompt and answer when
+    its prompt is at least that long."""
+    n = group.size
+    parent = np.full(n, -1, np.int64)
+    shared = np.zeros(n, np.int64)
+    last: dict[int, int] = {}
+    disagree = 0
+    for r in range(n):
+        g = int(group[r])
+        if g < 0:
+            continue
+        p = last.get(g)
+        if p is not None:
+            context = int(input_tokens[p]) + int(output_tokens[p])
+            if int(input_tokens[r]) >= context:
+                parent[r], shared[r] = p, context
+            else:
+                disagree += 1
+        last[g] = r
+    linked = int((parent >= 0).sum())
+    return PrefixIdentity("sessions", parent, shared, np.empty(0, np.int64),
+                          f"{linked:,} later turns extend the previous one; {disagree:,} turns shorter than the "
+                          "previous turn's prompt and answer share nothing")
+
+
+def declared(n: int, input_tokens: np.ndarray, tokens: int, share: float) -> PrefixIdentity:
+    """``tokens`` shared by ``share`` of the requests (evenly spread), as one virtual sequence."""
+    if not (isinstance(tokens, int) and tokens >= 1):
+        raise PlannerError(f"shared prefix of {tokens!r} tokens: expected a positive whole number of tokens")
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise PlannerError(f"shared prefix share {share!r}: expected a fraction of the requests in (0, 1]")
+    i = np.arange(n)
+    carries = np.floor((i + 1) * share) > np.floor(i * share)
+    parent = np.where(carries, n, -1).astype(np.int64)
+    shared = np.where(carries, np.minimum(tokens, input_tokens), 0).astype(np.int64)
+    return PrefixIdentity("declared", parent, shared, np.array([tokens], np.int64),
+                          f"{tokens:,} tokens on {int(carries.sum()):,} of {n:,} requests")
+
+
+def parse_shared_prefix(text: str) -> tuple[int, float]:
+    """``TOKENS[:SHARE]`` (share defaults to 1) for ``--shared-prefix``."""
+    head, _, tail = text.partition(":")
+    try:
+        tokens, share = int(head), float(tail) if tail else 1.0
+    except ValueError:
+        raise PlannerError(f"--shared-prefix {text!r}: expected TOKENS[:SHARE], e.g. 2000:0.8 (2,000 tokens on "
+                           "80% of the requests)") from None
+    if tokens < 1 or not (math.isfinite(share) and 0 < share <= 1):
+        raise PlannerError(f"--shared-prefix {text!r}: expected TOKENS ≥ 1 and SHARE in (0, 1]")
+    return tokens, share
