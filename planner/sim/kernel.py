@@ -304,7 +304,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                         rehits[r] += cached
                     full = (cached + new) // block_size
                     publish(table, tab_off[r], hit_blocks, full, run_off, run_end, run_base, r, bkey, bdup, first)
-                    published[r] = max(full, hit_blocks)
+                    published[r] = full
                 else:
                     blocks[r] = need
                 free -= need

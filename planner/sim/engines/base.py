@@ -79,8 +79,7 @@ class FleetSpec:
             if caching:
                 keyed = self.identity.runs(prompt + output, settings.block_size)
                 runs = (keyed.run_off, keyed.run_end, keyed.run_base, keyed.n_keys)
-        group = self.group if self.group.size == n else np.full(n, -1, np.int64)
-        return (self.replicas, self.router, group, self.n_groups,
+        return (self.replicas, self.router, self.group, self.n_groups,
                 settings.num_blocks * settings.block_size // STICK_POOL_FRACTION,
                 caching and self.identity is not None, *runs, parent)
 
