@@ -125,6 +125,12 @@ def main() -> None:
     print(f"ratio: {rate_off / rate_on:.2f}x the wall time per simulated request of caching off (which overloads "
           "at these arrivals, so its steps differ)" if s_off.verdict != "stable" else
           f"ratio: {rate_off / rate_on:.2f}x the wall time per simulated request of caching off")
+    uncached = scenario.replace(prefix_caching=False)
+    own = 0.75 * summarize(simulate(offline, uncached)).request_rate_rps
+    slow, _ = mooncake_like(args.requests, own, seed=1)
+    base = simulate(slow, uncached)
+    print(f"cache off at 75% of its own capacity ({own:.2f} req/s): {slow.n / base.sim_wall_s:,.0f} simulated "
+          f"requests/s ({base.steps:,} steps in {base.sim_wall_s:.3f} s); queue {summarize(base).verdict}")
     head = slice(0, args.reference_requests)
     part = SimWorkload(work.arrival_s[head], prompt[head], work.output_tokens[head], "prefix",
                        prefix=work.prefix.subset(np.arange(work.n) < args.reference_requests))

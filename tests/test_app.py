@@ -235,3 +235,39 @@ def test_simulate_page_runs_a_fleet_behind_a_router(tmp_path, monkeypatch):
     assert grid["requests"].max() - grid["requests"].min() <= 1
     assert any(m.label == "Queue" and m.value in ("stable", "backlogged", "overloaded") for m in at.metric)
     assert any("3 replicas (round-robin)" in c.value for c in at.caption)
+
+
+def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
+    """The sample's sessions give a derived prefix identity: the Workload page's reuse, the Memory page's pool and
+    the Simulate page's hits show the planner's own figures."""
+    from planner.capacity.report import prefix_cache_capacity
+    from planner.workload.tables import trace_reuse
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "prefix.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["view"] = "Prefix reuse"
+    at.query_params["memory_view"] = "Prefix cache"
+    at.run()
+    at.switch_page("pages/workload.py").run()
+    assert not at.exception
+    reuse_metrics = metrics(at)
+    assert any("derived from sessions" in c.value for c in at.caption)
+    at.switch_page("pages/memory.py").run()
+    assert not at.exception
+    memory_metrics = metrics(at)
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    cache = table_with(at, "hit rate")
+    assert list(cache["cache"]) == ["on"] and list(cache["identity"]) == ["sessions"]
+    assert cache["hit tokens"][0] > 0
+    at.toggle(key="prefix_caching").set_value(False).run()
+    off = table_with(at, "hit rate")
+    assert list(off["cache"]) == ["off"] and off["hit tokens"][0] == 0
+    # the same figures from the planner, on the store the app wrote (the app's connection lives in this process)
+    from pages._shared import connection
+    con = connection()
+    reuse = trace_reuse(con, "sample_chat")
+    assert reuse_metrics["Ideal hit rate"] == f"{reuse.ideal_hit_rate:.1%}"
+    assert reuse_metrics["Working set"] == f"{reuse.working_set_tokens:,} tokens"
+    expected = prefix_cache_capacity(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")), reuse)
+    assert memory_metrics["LRU hit rate at this pool"] == f"{expected['lru_hit_rate_at_pool']:.1%}"

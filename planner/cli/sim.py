@@ -45,7 +45,8 @@ def _workload(args):
         return from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
                           seed=args.seed, shared_prefix=args.shared_prefix)
     if args.shared_prefix:
-        raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes prefix=TOKENS:SHARE")
+        raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes "
+                           "prefix=TOKENS:SHARE")
     return synthetic(args.synthetic + ("" if "seed=" in args.synthetic else f",seed={args.seed}"))
 
 

@@ -106,19 +106,19 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
 
     With ``caching`` (lazy allocation only) each replica caches prefixes as vLLM V1 does
     (:mod:`planner.sim.kv_pool`): request ``r``'s block ``j`` has the key its runs give (``run_off``, ``run_end``,
-    ``run_base``, keys below ``n_keys``: :class:`planner.sim.prefix.BlockRuns`); a request admitted with nothing computed starts from its
-    longest cached prefix, capped one token short of what it knows; a step publishes the blocks it fills when it
-    is scheduled.
+    ``run_base``, keys below ``n_keys``: :class:`planner.sim.prefix.BlockRuns`); a request admitted with nothing
+    computed starts from its longest cached prefix, capped one token short of what it knows; a step publishes the
+    blocks it fills when it is scheduled.
 
     Returns
     -------
     tuple
         ``first_token, finish, first_scheduled, preemptions, rejected, steps, timeline, generated, free, replica,
         hits, rehits`` where ``hits`` are the prompt tokens each request found cached when first admitted and
-        ``rehits`` those found again on re-admissions after preemption; timeline rows are the fleet's ``(time_s, running, waiting, blocks_used, step_s, bound)`` every
-        ``log_every`` steps and ``free`` sums the replicas' free blocks at the end. With a finite
-        ``abort_wait_s`` the run stops once a replica's oldest waiting request has waited longer; the requests not
-        finished by then keep NaN times.
+        ``rehits`` those found again on re-admissions after preemption; timeline rows are the fleet's ``(time_s,
+        running, waiting, blocks_used, step_s, bound)`` every ``log_every`` steps and ``free`` sums the replicas'
+        free blocks at the end. With a finite ``abort_wait_s`` the run stops once a replica's oldest waiting request
+        has waited longer; the requests not finished by then keep NaN times.
     """
     n = arrival.shape[0]
     first_token = np.full(n, np.nan)
