@@ -102,7 +102,7 @@ def cmd_memory(args) -> None:
     from planner.capacity.report import capacity_report
 
     scenario = scenario_from_args(args)
-    lengths = None
+    lengths, reuse = None, None
     if args.trace:
         from planner.traces.queries import request_lengths
         from planner.workload.tables import trace_reuse
@@ -119,7 +119,7 @@ def cmd_memory(args) -> None:
             fit = (int(count), int(tokens))
         except ValueError as exc:
             raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
-    report = capacity_report(scenario, lengths=lengths, fit=fit, reuse=reuse if args.trace else None)
+    report = capacity_report(scenario, lengths=lengths, fit=fit, reuse=reuse)
     plan, gib = report.plan, 1024**3
     human = (f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}: {plan.param_count / 1e9:.2f}B params, "
              f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "

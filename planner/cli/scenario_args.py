@@ -95,8 +95,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                         block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens, overheads=overheads, engine=args.engine,
                         chunked_prefill=not args.no_chunked_prefill, prefix_caching=not args.no_prefix_cache,
-                        preemption=args.preemption,
-                        max_new_tokens=args.max_new_tokens, reserve_quantile=args.reserve_predicted,
+                        preemption=args.preemption, max_new_tokens=args.max_new_tokens,
+                        reserve_quantile=args.reserve_predicted,
                         priority=args.priority, cost=load_params(args.calibration))
     if scenario.num_gpu_blocks is not None and scenario.memory.override_warning:
         print(f"warning: {scenario.memory.override_warning}", file=sys.stderr)

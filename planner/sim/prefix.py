@@ -52,11 +52,6 @@ class PrefixIdentity:
     detail: str = ""             # what the derivation found (links made, lengths that disagreed)
 
     @property
-    def derived(self) -> bool:
-        """Whether the identity was inferred from lengths rather than read from the trace or declared."""
-        return self.source == "sessions"
-
-    @property
     def n(self) -> int:
         return int(self.parent.size)
 

@@ -69,7 +69,7 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
     rejected = full(raw.rejected, True)
     rejected[too_long] = True
     final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group, work.prefix)
-    cached = raw.hits is not None and eng.caches_prefixes(settings)
+    cached = eng.caches_prefixes(settings)      # its loop then counts hits
     return SimResult(scenario, final, full(raw.first_token, np.nan), full(raw.finish, np.nan),
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, too_long, raw.steps,
                      raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end, full(raw.replica, -1),

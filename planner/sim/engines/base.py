@@ -70,12 +70,11 @@ class FleetSpec:
         """The fleet loop's trailing arguments: the fleet, then the prefix cache (``caching`` and an identity: the
         block keys at the settings' block size). A prefix-aware router's margin is a quarter of one replica's KV
         pool (:mod:`planner.sim.routers.prefix_aware`); it follows a request's parent in the identity."""
-        n = prompt.shape[0]
-        parent = np.full(n, -1, np.int64)
         empty = np.empty(0, np.int64)
+        parent = np.full(prompt.shape[0], -1, np.int64)     # the router follows real, earlier parents only
         runs = (empty, empty, empty, 0)
         if self.identity is not None:
-            parent = np.where(self.identity.parent < n, self.identity.parent, -1)
+            parent = self.identity.parent
             if caching:
                 keyed = self.identity.runs(prompt + output, settings.block_size)
                 runs = (keyed.run_off, keyed.run_end, keyed.run_base, keyed.n_keys)
