@@ -14,8 +14,10 @@ from planner.sim.engines import ENGINES, EngineSettings
 from planner.sim.engines.base import FleetSpec
 from planner.sim.fleet import Fleet
 from planner.sim.prefix import PrefixIdentity, declared, from_hash_ids, from_sessions
+from planner.sim import reference
 from planner.sim.reference import run_reference
 from planner.sim.results import summarize
+from planner.sim.routers.base import ROUND_ROBIN
 from planner.sim.run import simulate
 from planner.sim.workload import SimWorkload, synthetic
 
@@ -125,6 +127,59 @@ def test_compiled_loop_with_caching_matches_the_reference(seed, n, blocks, seqs,
         budget = max(budget, int(prompt.max() + output.max()))
     both_loops(arrival, prompt, output, PrefixIdentity("hash_ids", parent, shared, np.empty(0, np.int64)),
                EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000))
+
+
+def test_duplicates_and_their_promotion_match_the_reference(monkeypatch):
+    # concurrent requests computing the same blocks (each admitted before the other published them) cache
+    # duplicates; evicting the first copy makes the oldest duplicate the one lookups find. The compiled pool keeps
+    # duplicates on a slow path of its own, so the cases must contain both, which the reference loop counts here
+    seen = {"duplicates": 0, "promotions": 0}
+    publish, pop = reference.Pool.publish, reference.Pool.pop
+
+    def counting_publish(pool, block, key):
+        seen["duplicates"] += bool(pool.cached.get(key))
+        publish(pool, block, key)
+
+    def counting_pop(pool):
+        block = next(iter(pool.free))
+        holders = pool.cached.get(pool.key[block], [])
+        seen["promotions"] += len(holders) > 1 and holders[0] == block
+        return pop(pool)
+
+    monkeypatch.setattr(reference.Pool, "publish", counting_publish)
+    monkeypatch.setattr(reference.Pool, "pop", counting_pop)
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        n = 24
+        prompt, output = rng.integers(100, 300, n), rng.integers(1, 80, n)
+        parent = np.r_[-1, rng.integers(0, np.arange(1, n))]
+        shared = np.r_[0, [rng.integers(0, min(prompt[r], prompt[parent[r]] + output[parent[r]]) + 1)
+                           for r in range(1, n)]]
+        both_loops(np.sort(rng.exponential(0.02, n).cumsum()), prompt, output,
+                   PrefixIdentity("hash_ids", parent, shared.astype(np.int64), np.empty(0, np.int64)),
+                   EngineSettings(6, 48, True, 4, 90, 10_000))
+    assert seen["duplicates"] > 20 and seen["promotions"] > 5, seen
+
+
+def test_each_replica_of_a_fleet_keeps_its_own_cache():
+    # round-robin reads no replica state, so two replicas whose requests only share prefixes among themselves
+    # (request r extends r − 2) run exactly as each half would alone: each pool is indexed by its replica only
+    rng = np.random.default_rng(7)
+    n = 40
+    prompt, output = rng.integers(50, 300, n), rng.integers(1, 60, n)
+    arrival = np.sort(rng.exponential(0.03, n).cumsum())
+    parent = np.r_[-1, -1, np.arange(n - 2)]
+    shared = np.r_[0, 0, [rng.integers(0, min(prompt[r], prompt[r - 2] + output[r - 2]) + 1) for r in range(2, n)]]
+    identity = PrefixIdentity("hash_ids", parent, shared.astype(np.int64), np.empty(0, np.int64))
+    cfg = EngineSettings(4, 128, True, 4, 70, 10_000)
+    fleet = ENGINES["vllm-v1"].run(arrival, prompt.astype(np.int64), output.astype(np.int64), cfg, COEFFS, 1,
+                                   FleetSpec(2, ROUND_ROBIN, np.full(n, -1, np.int64), 0, identity))
+    assert fleet.hits.sum() > 0 and fleet.preemptions.sum() > 0
+    for k in range(2):
+        half = np.arange(n) % 2 == k
+        alone = both_loops(arrival[half], prompt[half], output[half], identity.subset(half), cfg)
+        for name in ("first_token", "finish", "preemptions", "hits", "rehits"):
+            np.testing.assert_array_equal(getattr(fleet, name)[half], getattr(alone, name), err_msg=name)
 
 
 def test_a_tight_pool_preempts_and_re_admitted_requests_find_their_own_blocks():

@@ -66,6 +66,17 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
 
 
 @numba.njit(cache=True, nogil=True)
+def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
+    """Add ``new`` tokens after ``c`` computed ones of a request (``prompt`` and ``generated`` so far) to a step's
+    :func:`planner.sim.cost_model.step_seconds` inputs: a decode when it computes the one token sampled last."""
+    if new == 1 and generated > 0 and c == prompt + generated - 1:
+        decodes += 1.0
+    else:
+        prefill_tokens += new
+    return prefill_tokens, pairs + (new * c + new * (new + 1) / 2), decodes, context + c
+
+
+@numba.njit(cache=True, nogil=True)
 def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica):
     """The replica request ``r`` goes to: round-robin by arrival order (of the requests that fit
     ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
@@ -96,7 +107,7 @@ def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, re
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
-                    n_groups, stick_tokens, caching, run_off, run_end, run_base, n_keys, parent):
+                    n_groups, stick_tokens, caching, run_off, run_end, run_base, state, duphead, parent):
     """Run the trace on ``replicas`` copies of one engine behind ``router``, on one clock; returns per-request
     times and counters plus a sampled timeline.
 
@@ -106,9 +117,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
 
     With ``caching`` (lazy allocation only) each replica caches prefixes as vLLM V1 does
     (:mod:`planner.sim.kv_pool`): request ``r``'s block ``j`` has the key its runs give (``run_off``, ``run_end``,
-    ``run_base``, keys below ``n_keys``: :class:`planner.sim.prefix.BlockRuns`); a request admitted with nothing
-    computed starts from its longest cached prefix, capped one token short of what it knows; a step publishes the
-    blocks it fills when it is scheduled.
+    ``run_base``: :class:`planner.sim.prefix.BlockRuns`); ``state`` and ``duphead`` are the pools' per-key arrays
+    (:func:`planner.sim.kv_pool.pool_keys`, zeros, used up by the run); a request admitted with nothing computed
+    starts from its longest cached prefix, capped one token short of what it knows; a step publishes the blocks it
+    fills when it is scheduled.
 
     Returns
     -------
@@ -121,6 +133,11 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         has waited longer; the requests not finished by then keep NaN times.
     """
     n = arrival.shape[0]
+    shift = 0           # block sizes are powers of two (vLLM's): shifts, not divisions, in the innermost loop
+    while (1 << shift) < block_size:
+        shift += 1
+    if (1 << shift) != block_size:
+        raise ValueError("block_size must be a power of two")
     first_token = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     first_sched = np.full(n, np.nan)
@@ -144,24 +161,15 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     home = np.full(max(n_groups, 1), -1, np.int64)
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
-    sched_ctx = np.empty(max_num_seqs + 1, np.int64)
     timeline = np.empty((1024, 6))
     rows = 0
     caching = caching and mode == LAZY
     hits = np.zeros(n, np.int64)
     rehits = np.zeros(n, np.int64)
     published = np.zeros(n, np.int64)
-    tab_off = np.zeros(n + 1 if caching else 1, np.int64)
-    widest = 1
-    if caching:
-        for r in range(n):
-            width = (prompt[r] + output[r] + block_size - 1) // block_size
-            tab_off[r + 1] = tab_off[r] + width
-            widest = max(widest, width)
-    table = np.empty(tab_off[-1], np.int32)
-    hit_buf = np.empty(widest, np.int64)
-    bkey, bref, bdup, qpos, bring, rheads, rtails, stack, depth, first = new_pool(replicas if caching else 0,
-                                                                                num_blocks, n_keys if caching else 0)
+    rdup = np.zeros(n if caching else 0, np.int64)
+    n_keys = state.shape[0] // replicas
+    ent, dups, meta, pool = new_pool(replicas if caching else 0, num_blocks)
     next_arrival, done, steps, turn = 0, 0, 0, 0
     while done < n:
         k = -1
@@ -188,6 +196,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         budget = token_budget
         preempted = False
         ns = 0
+        prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0     # the step's batch, tallied as scheduled
         i = 0
         while i < run_count and budget > 0:
             r = running[i]
@@ -196,11 +205,11 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 new = long_prefill
             if new > budget:
                 new = budget
-            need = (computed[r] + new + block_size - 1) // block_size - blocks[r]
+            need = ((computed[r] + new + block_size - 1) >> shift) - blocks[r]
             if mode != LAZY:
                 # a reservation covers the growth; beyond it (a predicted length that fell short) blocks grow lazily
-                reserved = (reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
-                    // block_size - blocks[r]
+                reserved = ((reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1)
+                            >> shift) - blocks[r]
                 if reserved > need:
                     need = reserved
                 if need > free and mode == RESERVE_CHUNKED:
@@ -221,8 +230,8 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 run_count -= 1
                 victim = running[run_count]
                 if caching:
-                    free += release(table, tab_off[victim], blocks[victim], bkey, bref, qpos, bring, rheads, rtails,
-                                    stack, depth, k)
+                    free += release(blocks[victim], published[victim], state, duphead, ent, dups, meta, pool,
+                                    rdup, run_off, run_end, run_base, victim, k, n_keys)
                     published[victim] = 0
                 else:
                     free += blocks[victim]
@@ -240,19 +249,20 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 break
             if need > 0:
                 if caching:
-                    allocate(need, table, tab_off[r] + blocks[r], bkey, bref, bdup, bring, rheads, stack, depth,
-                             first, k)
+                    allocate(need, state, duphead, ent, dups, meta, pool, k, n_keys)
                 blocks[r] += need
                 free -= need
-            if caching and (computed[r] + new) // block_size > published[r]:
+            if caching and ((computed[r] + new) >> shift) > published[r]:
                 # vLLM caches the blocks a step fills when it is scheduled
-                full = (computed[r] + new) // block_size
-                publish(table, tab_off[r], published[r], full, run_off, run_end, run_base, r, bkey, bdup, first)
+                full = (computed[r] + new) >> shift
+                publish(published[r], full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base,
+                        r, k, n_keys)
                 published[r] = full
             sched_req[ns] = r
             sched_tok[ns] = new
-            sched_ctx[ns] = computed[r]
             ns += 1
+            prefill_tokens, pairs, decodes, context = tally(prefill_tokens, pairs, decodes, context, new, computed[r],
+                                                            prompt[r], generated[r])
             budget -= new
             i += 1
         if not preempted:
@@ -268,12 +278,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 known = prompt[r] + generated[r]
                 hit_blocks, revived = 0, 0
                 if caching:     # nothing computed: look up the longest cached prefix, one token short of known
-                    hit_blocks = longest_hit(first, bdup, run_off, run_end, run_base, r,
-                                             (known - 1) // block_size, k, num_blocks, hit_buf)
-                    for j in range(hit_blocks):
-                        if bref[hit_buf[j]] == 0:
-                            revived += 1
-                cached = hit_blocks * block_size
+                    hit_blocks, revived = longest_hit(state, k * n_keys, run_off, run_end, run_base, r,
+                                                      (known - 1) >> shift)
+                cached = hit_blocks << shift
                 new = known - cached
                 if long_prefill > 0 and new > long_prefill:
                     new = long_prefill
@@ -282,10 +289,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                         break
                     new = budget
                 # new blocks for the uncached part, plus the free cached blocks a hit takes out of the free queue
-                need = (cached + new + block_size - 1) // block_size - hit_blocks + revived
+                need = ((cached + new + block_size - 1) >> shift) - hit_blocks + revived
                 if mode != LAZY:
                     reserved = (reserved_tokens(mode, prompt[r], generated[r], max_new[r]) + block_size - 1) \
-                        // block_size
+                        >> shift
                     if reserved > need:
                         need = reserved
                 if need > free:
@@ -293,17 +300,17 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 head = (head + 1) % ring
                 size -= 1
                 if caching:
-                    revive(hit_buf, hit_blocks, table, tab_off[r], bref, bring, qpos, num_blocks)
-                    allocate(need - revived, table, tab_off[r] + hit_blocks, bkey, bref, bdup, bring, rheads, stack,
-                             depth, first, k)
+                    revive(state, ent, meta, pool, k * n_keys, run_off, run_end, run_base, r, hit_blocks, k)
+                    allocate(need - revived, state, duphead, ent, dups, meta, pool, k, n_keys)
                     blocks[r] = hit_blocks + need - revived
                     computed[r] = cached
                     if preemptions[r] == 0:
                         hits[r] = cached
                     else:
                         rehits[r] += cached
-                    full = (cached + new) // block_size
-                    publish(table, tab_off[r], hit_blocks, full, run_off, run_end, run_base, r, bkey, bdup, first)
+                    full = (cached + new) >> shift
+                    publish(hit_blocks, full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base,
+                            r, k, n_keys)
                     published[r] = full
                 else:
                     blocks[r] = need
@@ -314,8 +321,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     first_sched[r] = t
                 sched_req[ns] = r
                 sched_tok[ns] = new
-                sched_ctx[ns] = computed[r]
                 ns += 1
+                prefill_tokens, pairs, decodes, context = tally(prefill_tokens, pairs, decodes, context, new,
+                                                                computed[r], prompt[r], generated[r])
                 budget -= new
         if ns == 0:
             if run_count == 0 and size > 0:
@@ -329,15 +337,6 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 heads[k], sizes[k], counts[k], frees[k] = head, size, run_count, free
                 continue
             raise RuntimeError("no request could be scheduled while some are running")
-        prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0
-        for j in range(ns):
-            r, new, c = sched_req[j], sched_tok[j], sched_ctx[j]
-            pairs += new * c + new * (new + 1) / 2
-            context += c
-            if new == 1 and generated[r] > 0 and c == prompt[r] + generated[r] - 1:
-                decodes += 1.0
-            else:
-                prefill_tokens += new
         dt, bound = step_seconds(coeffs, prefill_tokens, pairs, decodes, context, float(ns))
         t += dt
         steps += 1
@@ -353,8 +352,8 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 if generated[r] >= output[r]:
                     finish[r] = t
                     if caching:
-                        free += release(table, tab_off[r], blocks[r], bkey, bref, qpos, bring, rheads, rtails, stack,
-                                        depth, k)
+                        free += release(blocks[r], published[r], state, duphead, ent, dups, meta, pool, rdup,
+                                        run_off, run_end, run_base, r, k, n_keys)
                     else:
                         free += blocks[r]
                     blocks[r] = 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from planner.errors import PlannerError
@@ -73,15 +74,23 @@ class PrefixIdentity:
         m = indices.size
         parent = np.full(m, -1, np.int64)
         shared = np.zeros(m, np.int64)
-        position: dict[tuple[int, int], int] = {}
-        for q in range(m):
-            old, c = int(indices[q]), int(copy[q])
-            p = int(self.parent[old])
-            if p >= self.n:
-                parent[q], shared[q] = m + p - self.n, self.shared_tokens[old]
-            elif p >= 0 and (c, p) in position:
-                parent[q], shared[q] = position[(c, p)], self.shared_tokens[old]
-            position.setdefault((c, old), q)
+        if m == 0:
+            return PrefixIdentity(self.source, parent, shared, self.virtual_tokens, self.detail)
+        old_parent = self.parent[indices]
+        virtual = old_parent >= self.n
+        parent[virtual] = m + old_parent[virtual] - self.n
+        shared[virtual] = self.shared_tokens[indices[virtual]]
+        # a (copy, request) pair's first position, and the parent's pair looked up among them
+        span = int(copy.max()) + 1
+        pair = indices * span + copy
+        pairs, first = np.unique(pair, return_index=True)
+        real = (old_parent >= 0) & ~virtual
+        want = old_parent[real] * span + copy[real]
+        at = np.minimum(np.searchsorted(pairs, want), pairs.size - 1)
+        found = (pairs[at] == want) & (first[at] < np.flatnonzero(real))
+        rows = np.flatnonzero(real)[found]
+        parent[rows] = first[at[found]]
+        shared[rows] = self.shared_tokens[indices[rows]]
         return PrefixIdentity(self.source, parent, shared, self.virtual_tokens, self.detail)
 
     def runs(self, seq_tokens: np.ndarray, block_size: int) -> BlockRuns:
@@ -123,34 +132,46 @@ def block_runs(identity: PrefixIdentity, seq_tokens: np.ndarray, block_size: int
     np.maximum.at(length, parent[has], shared[has])
     blocks = length // block_size
     base = np.concatenate([[0], np.cumsum(blocks)[:-1]]).astype(np.int64)
-    own_blocks = seq_tokens // block_size
+    run_off, run_end, run_base = _runs(parent, shared, base, seq_tokens // block_size, block_size)
+    return BlockRuns(run_off, run_end, run_base, int(blocks.sum()))
+
+
+@numba.njit(cache=True, nogil=True)
+def _runs(parent, shared, base, own_blocks, block_size):
+    """The runs of :func:`block_runs`, request by request: a request's first ``shared // block_size`` blocks
+    take its parent's runs (clipped there; past them, or for a virtual parent, the parent's own keys), the rest
+    its own keys."""
+    n = parent.shape[0]
     run_off = np.zeros(n + 1, np.int64)
-    ends: list[list[int]] = []
-    bases: list[list[int]] = []
+    cap = 2 * n + 16
+    ends = np.empty(cap, np.int64)
+    bases = np.empty(cap, np.int64)
+    m = 0
     for r in range(n):
-        e, b = [], []
-        p = int(parent[r])
-        upto = int(shared[r]) // block_size if p >= 0 else 0
-        if upto > 0 and p < n:
-            for end, key_base in zip(ends[p], bases[p], strict=True):
-                e.append(min(end, upto))
-                b.append(key_base)
-                if end >= upto:
-                    break
-        if upto > 0 and (not e or e[-1] < upto):
+        p = parent[r]
+        upto = shared[r] // block_size if p >= 0 else 0
+        inherited = run_off[p + 1] - run_off[p] if 0 <= p < n and upto > 0 else 0
+        if m + inherited + 2 > cap:
+            cap = 2 * (m + inherited + 2)
+            grown_ends, grown_bases = np.empty(cap, np.int64), np.empty(cap, np.int64)
+            grown_ends[:m], grown_bases[:m] = ends[:m], bases[:m]
+            ends, bases = grown_ends, grown_bases
+        start = m
+        for i in range(run_off[p], run_off[p] + inherited):
+            ends[m], bases[m] = min(ends[i], upto), bases[i]
+            m += 1
+            if ends[i] >= upto:
+                break
+        if upto > 0 and (m == start or ends[m - 1] < upto):
             # past the parent's own runs (a virtual sequence, or tokens of an answer the engine cut short): the
             # parent's keys all the same
-            e.append(upto)
-            b.append(int(base[p]))
-        if own_blocks[r] > upto or not e:
-            e.append(int(own_blocks[r]))
-            b.append(int(base[r]))
-        ends.append(e)
-        bases.append(b)
-        run_off[r + 1] = run_off[r] + len(e)
-    flat_end = np.fromiter((x for e in ends for x in e), np.int64, int(run_off[-1]))
-    flat_base = np.fromiter((x for b in bases for x in b), np.int64, int(run_off[-1]))
-    return BlockRuns(run_off, flat_end, flat_base, int(blocks.sum()))
+            ends[m], bases[m] = upto, base[p]
+            m += 1
+        if own_blocks[r] > upto or m == start:
+            ends[m], bases[m] = own_blocks[r], base[r]
+            m += 1
+        run_off[r + 1] = m
+    return run_off, ends[:m].copy(), bases[:m].copy()
 
 
 def from_hash_ids(hash_ids: list, input_tokens: np.ndarray, block_tokens: int = MOONCAKE_BLOCK_TOKENS
