@@ -6,7 +6,8 @@ reusable): sessions whose turns resend the conversation (system prompt, earlier 
 prompts shared across sessions by Zipf popularity, Poisson arrivals at about 75% of the cached capacity. Prints
 simulated requests per wall-clock second with caching on (goal ≥ 100,000 on one core) against the same run with it
 off (measured in the same process), the hit rate against the reuse analysis' ideal, TTFT with and without the cache,
-the reference loop's agreement and speed on a prefix, and the reuse analysis' time. Usage:
+a fleet of 8 behind the prefix-aware router at eight times the rate, the reference loop's agreement and speed on
+a prefix, and the reuse analysis' time. Usage:
     python bench/prefix_cache.py [--requests 20000] [--write trace.jsonl]
 """
 
@@ -28,6 +29,7 @@ from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.engines import ENGINES  # noqa: E402
 from planner.sim.engines.base import FleetSpec  # noqa: E402
+from planner.sim.fleet import Fleet  # noqa: E402
 from planner.sim.prefix import MOONCAKE_BLOCK_TOKENS  # noqa: E402
 from planner.sim.reference import run_reference  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
@@ -137,6 +139,11 @@ def main() -> None:
     base = simulate(slow, uncached)
     print(f"cache off at 75% of its own capacity ({own:.2f} req/s): {slow.n / base.sim_wall_s:,.0f} simulated "
           f"requests/s ({base.steps:,} steps in {base.sim_wall_s:.3f} s); queue {summarize(base).verdict}")
+    fleet_work, _ = mooncake_like(args.requests, 8 * qps, seed=1)
+    fleet = simulate(fleet_work, scenario, fleet=Fleet(8, "prefix-aware"))
+    print(f"fleet of 8 (prefix-aware) at {8 * qps:.2f} req/s: {fleet_work.n / fleet.sim_wall_s:,.0f} simulated "
+          f"requests/s ({fleet.steps:,} steps in {fleet.sim_wall_s:.3f} s); hit rate "
+          f"{summarize(fleet).prefix_cache['hit_rate']:.1%}")
     head = slice(0, args.reference_requests)
     part = SimWorkload(work.arrival_s[head], prompt[head], work.output_tokens[head], "prefix",
                        prefix=work.prefix.subset(np.arange(work.n) < args.reference_requests))

@@ -38,6 +38,8 @@ block ids as the queue; the tests hold the two to identical results.
 
 from __future__ import annotations
 
+import mmap
+
 import numba
 import numpy as np
 
@@ -48,10 +50,15 @@ P_FREE_ENTRY, P_FREE_DUP, P_HIGH_ENTRY, P_HIGH_DUP = 0, 1, 2, 3
 
 
 def pool_keys(replicas: int, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """The per-key arrays of ``replicas`` pools for keys below ``n_keys``: ``(state, duphead)``, zeros. Allocated
-    by numpy, whose zeros come from the operating system untouched: only the pages of keys a replica uses cost
-    memory and time (a compiled ``np.zeros`` would write every page first)."""
-    return np.zeros(replicas * n_keys, np.int32), np.zeros(replicas * n_keys, np.int32)
+    """The per-key arrays of ``replicas`` pools for keys below ``n_keys``: ``(state, duphead)``, zeros straight from
+    the operating system, so only the pages of keys a replica uses cost memory and time (a compiled ``np.zeros``
+    would write every page first). One pool gets numpy's 2 MiB pages (fewer faults); a fleet gets 4 KiB ones,
+    because each replica touches only its own requests' keys and a 2 MiB page would commit every replica's whole
+    range (8 replicas on the Mooncake-like bench: 550 MB instead of about 250)."""
+    size = replicas * n_keys
+    if replicas == 1:
+        return np.zeros(size, np.int32), np.zeros(size, np.int32)
+    return tuple(np.frombuffer(mmap.mmap(-1, max(size, 1) * 4), np.int32)[:size] for _ in range(2))
 
 
 @numba.njit(cache=True, nogil=True)
