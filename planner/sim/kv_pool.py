@@ -44,7 +44,7 @@ import numba
 import numpy as np
 
 E_LO, E_HI, E_DUP, E_NEXT, E_PREV, E_LIVE = 0, 1, 2, 3, 4, 5
-D_G, D_REQ, D_J, D_STATE, D_NEXT_KEY, D_PROMOTED, D_NEXT_REQ = 0, 1, 2, 3, 4, 5, 6
+D_G, D_J, D_STATE, D_NEXT_KEY, D_PROMOTED, D_NEXT_REQ = 0, 1, 2, 3, 4, 5
 M_KEYLESS, M_HEAD, M_TAIL, M_CUR, M_DUPS = 0, 1, 2, 3, 4
 P_FREE_ENTRY, P_FREE_DUP, P_HIGH_ENTRY, P_HIGH_DUP = 0, 1, 2, 3
 
@@ -68,7 +68,7 @@ def new_pool(replicas, blocks):
     (recycled through free lists)."""
     cap = max(replicas * blocks, 1) + 1
     ent = np.empty((cap, 6), np.int64)
-    dups = np.empty((cap, 7), np.int64)
+    dups = np.empty((cap, 6), np.int64)
     meta = np.zeros((max(replicas, 1), 5), np.int64)
     meta[:, M_KEYLESS] = blocks
     meta[:, M_HEAD] = -1
@@ -78,17 +78,17 @@ def new_pool(replicas, blocks):
 
 
 @numba.njit(cache=True, nogil=True)
-def _take(pool, which, table, link):
-    """A row of ``table`` (entries or duplicates): the head of free list ``which``, linked through column
-    ``link``, or a fresh one."""
-    i = pool[which]
+def _take(pool, free, high, table, link):
+    """A row of ``table`` (entries or duplicates): the head of the free list at ``pool[free]``, linked through
+    column ``link``, or a fresh one past the high-water mark at ``pool[high]``."""
+    i = pool[free]
     if i >= 0:
-        pool[which] = table[i, link]
+        pool[free] = table[i, link]
         return i
-    i = pool[2 + which]
+    i = pool[high]
     if i >= table.shape[0]:
         raise RuntimeError("prefix cache: more records than blocks (a bug)")
-    pool[2 + which] = i + 1
+    pool[high] = i + 1
     return i
 
 
@@ -254,8 +254,8 @@ def publish(lo, hi, state, duphead, dups, meta, pool, rdup, run_off, run_end, ru
 
 @numba.njit(cache=True, nogil=True)
 def _add_duplicate(g, r, j, duphead, dups, meta, pool, rdup, k):
-    d = _take(pool, P_FREE_DUP, dups, D_NEXT_KEY)
-    dups[d, D_G], dups[d, D_REQ], dups[d, D_J], dups[d, D_STATE] = g, r, j, 1
+    d = _take(pool, P_FREE_DUP, P_HIGH_DUP, dups, D_NEXT_KEY)
+    dups[d, D_G], dups[d, D_J], dups[d, D_STATE] = g, j, 1
     dups[d, D_NEXT_KEY], dups[d, D_PROMOTED], dups[d, D_NEXT_REQ] = -1, 0, rdup[r] - 1
     rdup[r] = d + 1
     meta[k, M_DUPS] += 1
@@ -272,7 +272,7 @@ def _add_duplicate(g, r, j, duphead, dups, meta, pool, rdup, k):
 def _new_entry(lo, dup, ent, meta, pool, k):
     """Append an entry for key ``lo`` (a range grown downwards while the run's keys follow) to replica ``k``'s
     queue; returns it."""
-    e = _take(pool, P_FREE_ENTRY, ent, E_NEXT)
+    e = _take(pool, P_FREE_ENTRY, P_HIGH_ENTRY, ent, E_NEXT)
     tail = meta[k, M_TAIL]
     ent[e, E_LO], ent[e, E_HI], ent[e, E_DUP], ent[e, E_NEXT], ent[e, E_PREV], ent[e, E_LIVE] = \
         lo, lo + 1, dup, -1, tail, 1
