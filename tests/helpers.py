@@ -48,3 +48,22 @@ def cli_json(*args: str, db: Path) -> dict:
 
 def canonical_rows(con, trace_id: str, columns: str = '"row", arrival, input_tokens, output_tokens') -> list:
     return con.execute(f"SELECT {columns} FROM {store.requests_view(trace_id)} ORDER BY \"row\"").fetchall()
+
+
+def compiled_v1(arrival, prompt, output, cfg, coeffs, fleet=None):
+    """The compiled vLLM V1 loop's run, checked to be the same whether it logs every step (each step its own
+    iteration) or rarely (long decode stretches advanced in one go by ``decode_run``): identical requests and
+    the sparse timeline exactly every 1,000th row of the full one. Returns the every-step run."""
+    import numpy as np
+
+    from planner.sim.engines import ENGINES
+    from planner.sim.engines.base import ONE_REPLICA
+
+    every, sparse = (ENGINES["vllm-v1"].run(arrival, prompt, output, cfg, coeffs, log_every, fleet or ONE_REPLICA)
+                     for log_every in (1, 1000))
+    for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated", "replica",
+                 "hits", "rehits"):
+        np.testing.assert_array_equal(getattr(every, name), getattr(sparse, name), err_msg=name)
+    assert every.steps == sparse.steps and every.free_blocks_at_end == sparse.free_blocks_at_end
+    np.testing.assert_array_equal(every.timeline[999::1000], sparse.timeline)
+    return every

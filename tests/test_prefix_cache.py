@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import compiled_v1
+
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.errors import PlannerError
@@ -29,8 +31,8 @@ def both_loops(arrival, prompt, output, identity, cfg):
     """The compiled loop's and the reference loop's runs of one workload, checked identical."""
     n = len(prompt)
     arrival, prompt, output = (np.asarray(a) for a in (arrival, prompt, output))
-    fast = ENGINES["vllm-v1"].run(arrival.astype(float), prompt.astype(np.int64), output.astype(np.int64), cfg,
-                                  COEFFS, 1, FleetSpec(1, 0, np.full(n, -1, np.int64), 0, identity))
+    fast = compiled_v1(arrival.astype(float), prompt.astype(np.int64), output.astype(np.int64), cfg, COEFFS,
+                       FleetSpec(1, 0, np.full(n, -1, np.int64), 0, identity))
     slow = run_reference(arrival, prompt, output, cfg, COEFFS, identity.runs(prompt + output, cfg.block_size))
     for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated", "hits",
                  "rehits"):

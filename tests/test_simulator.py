@@ -5,6 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import compiled_v1
+
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.scenario import Scenario
@@ -29,7 +31,7 @@ def test_compiled_loop_matches_the_reference_exactly(seed, n, blocks, seqs, budg
     if not chunked:
         budget = max(budget, int(prompt.max() + output.max()))   # a whole re-prefill must fit the budget
     cfg = EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000)
-    fast = ENGINES["vllm-v1"].run(arrival, prompt, output, cfg, COEFFS)
+    fast = compiled_v1(arrival, prompt, output, cfg, COEFFS)
     slow = run_reference(arrival, prompt, output, cfg, COEFFS)
     for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated",
                  "free_blocks_at_end"):

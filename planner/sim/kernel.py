@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
+from planner.sim.decode_runs import decode_run
 from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
 from planner.sim.routers.base import PREFIX_AWARE, ROUND_ROBIN
 
@@ -63,8 +64,6 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     return timeline, rows + 1
 
 
-
-
 @numba.njit(cache=True, nogil=True)
 def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
     """Add ``new`` tokens after ``c`` computed ones of a request (``prompt`` and ``generated`` so far) to a step's
@@ -74,6 +73,22 @@ def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
     else:
         prefill_tokens += new
     return prefill_tokens, pairs + (new * c + new * (new + 1) / 2), decodes, context + c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def grow(r, need, filled, caching, blocks, published, state, duphead, ent, dups, meta, pool, rdup, run_off, run_end,
+         run_base, k, n_keys, shift):
+    """Request ``r``'s blocks for a step that fills its first ``filled`` tokens: ``need`` more (if positive, taken
+    from the free queue, which the caller checked holds them) and, with ``caching``, the blocks it fills cached
+    (vLLM caches them when the step is scheduled)."""
+    if need > 0:
+        if caching:
+            allocate(need, state, duphead, ent, dups, meta, pool, k, n_keys)
+        blocks[r] += need
+    if caching and (filled >> shift) > published[r]:
+        full = filled >> shift
+        publish(published[r], full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base, r, k, n_keys)
+        published[r] = full
 
 
 @numba.njit(cache=True, nogil=True)
@@ -161,6 +176,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     home = np.full(max(n_groups, 1), -1, np.int64)
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
+    run_scratch = np.empty((4, max_num_seqs + 1), np.int64)      # decode runs'
     timeline = np.empty((1024, 6))
     rows = 0
     caching = caching and mode == LAZY
@@ -193,6 +209,21 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         head, size, run_count, free, t = heads[k], sizes[k], counts[k], frees[k], clocks[k]
         if size > 0 and t - arrival[queue[head]] > abort_wait_s:
             break      # a caller that only needs to know the queue blew past a bound stops here
+        if mode == LAZY and size == 0 and 0 < run_count <= token_budget:
+            horizon = arrival[next_arrival] if next_arrival < n else np.inf
+            for j in range(replicas):
+                if j != k and (counts[j] > 0 or sizes[j] > 0) and clocks[j] < horizon:
+                    horizon = clocks[j]
+            did, t, steps, free, dt, bound = decode_run(
+                running, run_count, horizon, t, steps, free, log_every, prompt, output, computed, generated, blocks,
+                published, coeffs, block_size, shift, caching, state, duphead, ent, dups, meta, pool, rdup, run_off,
+                run_end, run_base, k, n_keys, load, run_scratch)
+            if did > 0:
+                frees[k], clocks[k] = free, t
+                if steps % log_every == 0:
+                    timeline, rows = log_step(timeline, rows, t, counts.sum(), sizes.sum(),
+                                              replicas * num_blocks - frees.sum(), dt, bound)
+                continue
         budget = token_budget
         preempted = False
         ns = 0
@@ -247,17 +278,11 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     break
             if self_preempted:
                 break
-            if need > 0:
-                if caching:
-                    allocate(need, state, duphead, ent, dups, meta, pool, k, n_keys)
-                blocks[r] += need
-                free -= need
-            if caching and ((computed[r] + new) >> shift) > published[r]:
-                # vLLM caches the blocks a step fills when it is scheduled
-                full = (computed[r] + new) >> shift
-                publish(published[r], full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base,
-                        r, k, n_keys)
-                published[r] = full
+            if need > 0 or (caching and ((computed[r] + new) >> shift) > published[r]):    # once a block, not a token
+                grow(r, need, computed[r] + new, caching, blocks, published, state, duphead, ent, dups, meta, pool,
+                     rdup, run_off, run_end, run_base, k, n_keys, shift)
+                if need > 0:
+                    free -= need
             sched_req[ns] = r
             sched_tok[ns] = new
             ns += 1

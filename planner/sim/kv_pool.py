@@ -119,7 +119,7 @@ def longest_hit(state, off, run_off, run_end, run_base, r, cap):
     return cap, revived
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _unlink(e, ent, meta, pool, k):
     """Entry ``e`` holds no free block any more: out of replica ``k``'s queue and onto the free list."""
     prev, nxt = ent[e, E_PREV], ent[e, E_NEXT]
@@ -194,7 +194,7 @@ def _drop_duplicate(d, duphead, dups, meta, pool, k):
     _free_duplicate(d, dups, pool)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def allocate(count, state, duphead, ent, dups, meta, pool, k, n_keys):
     """``count`` blocks from the head of replica ``k``'s free queue: keyless ones first, then the least recently
     released cached ones, whose keys are evicted (the caller checked that many are free)."""
@@ -235,7 +235,7 @@ def allocate(count, state, duphead, ent, dups, meta, pool, k, n_keys):
             _unlink(e, ent, meta, pool, k)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def publish(lo, hi, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base, r, k, n_keys):
     """Cache request ``r``'s blocks ``lo … hi − 1`` under their keys; a key already cached gets the block as a
     duplicate after the others."""
