@@ -18,7 +18,7 @@ import numpy as np
 from planner.sim.cost_model import step_seconds
 from planner.sim.decode_runs import decode_run
 from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
-from planner.sim.routers.base import PREFIX_AWARE, ROUND_ROBIN
+from planner.sim.routers.base import route
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
 TGI_CHUNK = 1024
@@ -92,34 +92,6 @@ def grow(r, need, filled, caching, blocks, published, state, duphead, ent, dups,
 
 
 @numba.njit(cache=True, nogil=True)
-def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica):
-    """The replica request ``r`` goes to: round-robin by arrival order (of the requests that fit
-    ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
-    sends a request to the replica of the request it shares its prefix with (``parent``: that replica cached the
-    prefix), else a group (session) back to its replica, unless that one holds more than twice the least load plus
-    ``stick_tokens``. The replicas' state is read as it stands at the arrival (no metrics staleness)."""
-    if router == ROUND_ROBIN or replicas == 1:
-        return r % replicas
-    best = turn % replicas
-    for step in range(1, replicas):
-        j = (turn + step) % replicas
-        if load[j] < load[best]:
-            best = j
-    if router == PREFIX_AWARE and 0 <= parent[r] < r:
-        there = replica[parent[r]]
-        if load[there] <= 2 * load[best] + stick_tokens:
-            if group[r] >= 0:
-                home[group[r]] = there
-            return there
-    if router == PREFIX_AWARE and group[r] >= 0:
-        g = group[r]
-        if home[g] >= 0 and load[home[g]] <= 2 * load[best] + stick_tokens:
-            return home[g]
-        home[g] = best
-    return best
-
-
-@numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
                     n_groups, stick_tokens, caching, run_off, run_end, run_base, state, duphead, parent):
@@ -170,6 +142,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     counts = np.zeros(replicas, np.int64)
     frees = np.full(replicas, num_blocks, np.int64)
     clocks = np.zeros(replicas)
+    step_dt = np.zeros(replicas)        # each replica's last step time
     # outstanding tokens: the context of every request routed here and not finished (waiting prompts, queued
     # prefill and the KV of running requests): what a router can know, not the outputs still to come
     load = np.zeros(replicas, np.int64)
@@ -214,12 +187,16 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             for j in range(replicas):
                 if j != k and (counts[j] > 0 or sizes[j] > 0) and clocks[j] < horizon:
                     horizon = clocks[j]
-            did, t, steps, free, dt, bound = decode_run(
-                running, run_count, horizon, t, steps, free, log_every, prompt, output, computed, generated, blocks,
-                published, coeffs, block_size, shift, caching, state, duphead, ent, dups, meta, pool, rdup, run_off,
-                run_end, run_base, k, n_keys, load, run_scratch)
+            # a run cut short after a step (a fleet's replicas interleave) is not worth its setup: which steps are
+            # taken is the same either way
+            did = 0
+            if horizon - t > 2.0 * step_dt[k]:
+                did, t, steps, free, dt, bound = decode_run(
+                    running, run_count, horizon, t, steps, free, log_every, prompt, output, computed, generated,
+                    blocks, published, coeffs, block_size, shift, caching, state, duphead, ent, dups, meta, pool, rdup,
+                    run_off, run_end, run_base, k, n_keys, load, run_scratch)
             if did > 0:
-                frees[k], clocks[k] = free, t
+                frees[k], clocks[k], step_dt[k] = free, t, dt
                 if steps % log_every == 0:
                     timeline, rows = log_step(timeline, rows, t, counts.sum(), sizes.sum(),
                                               replicas * num_blocks - frees.sum(), dt, bound)
@@ -365,6 +342,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         dt, bound = step_seconds(coeffs, prefill_tokens, pairs, decodes, context, float(ns))
         t += dt
         steps += 1
+        step_dt[k] = dt
         finished_any = False
         for j in range(ns):
             r = sched_req[j]
