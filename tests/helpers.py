@@ -7,8 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from planner.sim.engines import ENGINES
+from planner.sim.engines.base import ONE_REPLICA
 from planner.traces import store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,11 +57,6 @@ def compiled_v1(arrival, prompt, output, cfg, coeffs, fleet=None):
     """The compiled vLLM V1 loop's run, checked to be the same whether it logs every step (each step its own
     iteration) or rarely (long decode stretches advanced in one go by ``decode_run``): identical requests and
     the sparse timeline exactly every 1,000th row of the full one. Returns the every-step run."""
-    import numpy as np
-
-    from planner.sim.engines import ENGINES
-    from planner.sim.engines.base import ONE_REPLICA
-
     every, sparse = (ENGINES["vllm-v1"].run(arrival, prompt, output, cfg, coeffs, log_every, fleet or ONE_REPLICA)
                      for log_every in (1, 1000))
     for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated", "replica",

@@ -8,8 +8,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
-from planner.sim.kv_pool import _span as block_span
-from planner.sim.kv_pool import allocate, publish
+from planner.sim.kv_pool import allocate, block_span, publish
 
 
 @numba.njit(cache=True, nogil=True)

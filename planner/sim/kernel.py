@@ -75,22 +75,6 @@ def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
     return prefill_tokens, pairs + (new * c + new * (new + 1) / 2), decodes, context + c
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def grow(r, need, filled, caching, blocks, published, state, duphead, ent, dups, meta, pool, rdup, run_off, run_end,
-         run_base, k, n_keys, shift):
-    """Request ``r``'s blocks for a step that fills its first ``filled`` tokens: ``need`` more (if positive, taken
-    from the free queue, which the caller checked holds them) and, with ``caching``, the blocks it fills cached
-    (vLLM caches them when the step is scheduled)."""
-    if need > 0:
-        if caching:
-            allocate(need, state, duphead, ent, dups, meta, pool, k, n_keys)
-        blocks[r] += need
-    if caching and (filled >> shift) > published[r]:
-        full = filled >> shift
-        publish(published[r], full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base, r, k, n_keys)
-        published[r] = full
-
-
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
@@ -255,11 +239,17 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     break
             if self_preempted:
                 break
-            if need > 0 or (caching and ((computed[r] + new) >> shift) > published[r]):    # once a block, not a token
-                grow(r, need, computed[r] + new, caching, blocks, published, state, duphead, ent, dups, meta, pool,
-                     rdup, run_off, run_end, run_base, k, n_keys, shift)
-                if need > 0:
-                    free -= need
+            if need > 0:
+                if caching:
+                    allocate(need, state, duphead, ent, dups, meta, pool, k, n_keys)
+                blocks[r] += need
+                free -= need
+            if caching and ((computed[r] + new) >> shift) > published[r]:
+                # vLLM caches the blocks a step fills when it is scheduled
+                full = (computed[r] + new) >> shift
+                publish(published[r], full, state, duphead, dups, meta, pool, rdup, run_off, run_end, run_base,
+                        r, k, n_keys)
+                published[r] = full
             sched_req[ns] = r
             sched_tok[ns] = new
             ns += 1

@@ -93,7 +93,7 @@ def _take(pool, free, high, table, link):
 
 
 @numba.njit(cache=True, nogil=True)
-def _span(run_end, run_base, i, j, hi, off):
+def block_span(run_end, run_base, i, j, hi, off):
     """From run ``i`` on, the run holding block ``j``: ``(run, base, stop)``, its blocks ``j … stop − 1`` (below
     ``hi``) having the keys at ``base + j`` in ``state``."""
     while run_end[i] <= j:
@@ -108,7 +108,7 @@ def longest_hit(state, off, run_off, run_end, run_base, r, cap):
     free (a hit takes them out of the free queue)."""
     i, j, revived = run_off[r], 0, 0
     while j < cap:
-        i, base, stop = _span(run_end, run_base, i, j, cap, off)
+        i, base, stop = block_span(run_end, run_base, i, j, cap, off)
         while j < stop:
             s = state[base + j]
             if s == 0:
@@ -143,7 +143,7 @@ def revive(state, ent, meta, pool, off, run_off, run_end, run_base, r, count, k)
     entry left with none leaves the queue)."""
     i, j = run_off[r], 0
     while j < count:
-        i, base, stop = _span(run_end, run_base, i, j, count, off)
+        i, base, stop = block_span(run_end, run_base, i, j, count, off)
         while j < stop:
             s = state[base + j]
             if s < 0:
@@ -242,7 +242,7 @@ def publish(lo, hi, state, duphead, dups, meta, pool, rdup, run_off, run_end, ru
     off = k * n_keys
     i, j = run_off[r], lo
     while j < hi:
-        i, base, stop = _span(run_end, run_base, i, j, hi, off)
+        i, base, stop = block_span(run_end, run_base, i, j, hi, off)
         while j < stop:
             g = base + j
             if state[g] == 0:
