@@ -141,6 +141,11 @@ def scenario() -> Scenario:
                               disabled=ENGINES[engine].prefix_caching is None,
                               help="vLLM V1 caches prefixes by default (--no-enable-prefix-caching turns it off). "
                                    + ENGINES[engine].label + ": " + ENGINES[engine].prefix_cache_note)
+        lagged = st.toggle("Async scheduling (vLLM V1)", True, key="async_scheduling", **SHARED,
+                           disabled=engine != "vllm-v1",
+                           help="vLLM ≥ 0.14 fixes a step's batch while the step before it runs: a new request "
+                                "joins one step later (TTFT), the GPU never waits for the scheduler "
+                                "(--no-async-scheduling turns it off)")
     with st.expander("Memory overheads, startup log and cost model"):
         c = st.columns(4)
         activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **SHARED,
@@ -169,7 +174,7 @@ def scenario() -> Scenario:
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,
                        max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
-                       prefix_caching=caching,
+                       prefix_caching=caching, async_scheduling=lagged,
                        preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",
                        max_new_tokens=max_new, cost=cost, **(REMEDIES[remedy] if engine == "vllm-v1" else {}))
     except PlannerError as exc:

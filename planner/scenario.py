@@ -36,7 +36,8 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--we
          "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
          "engine": "--engine", "chunked_prefill": "--no-chunked-prefill", "preemption": "--preemption",
          "max_new_tokens": "--max-new-tokens", "reserve_quantile": "--reserve-predicted", "priority": "--priority",
-         "price": "--price", "prefix_caching": "--no-prefix-cache"}
+         "price": "--price", "prefix_caching": "--no-prefix-cache",
+         "async_scheduling": "--no-async-scheduling"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Scenario:
     engine: str = "vllm-v1"
     chunked_prefill: bool = True
     prefix_caching: bool = True
+    async_scheduling: bool = True
     preemption: str = "recompute"
     max_new_tokens: int | None = None
     reserve_quantile: float | None = None
@@ -192,7 +194,7 @@ class Scenario:
         return EngineSettings(self.max_num_seqs, self.max_num_batched_tokens, self.chunked_prefill,
                               self.block_size, plan.num_blocks, self.max_model_len, self.max_new_tokens, 0,
                               self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority,
-                              prefix_caching=self.prefix_caching)
+                              prefix_caching=self.prefix_caching, async_scheduling=self.async_scheduling)
 
     @property
     def price_per_replica_hour(self) -> float:
@@ -206,8 +208,8 @@ class Scenario:
                "price_per_gpu_hour": self.gpu.price_per_hour}
         for name in ("tp", "weight_dtype", "kv_cache_dtype", "gpu_memory_utilization", "max_model_len",
                      "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "engine",
-                     "chunked_prefill", "prefix_caching", "preemption", "max_new_tokens", "reserve_quantile",
-                     "priority"):
+                     "chunked_prefill", "prefix_caching", "async_scheduling", "preemption", "max_new_tokens",
+                     "reserve_quantile", "priority"):
             out[name] = getattr(self, name)
         out["defaulted"] = sorted(self.auto)
         out["overheads"] = asdict(self.overheads)
@@ -232,6 +234,8 @@ class Scenario:
             args.append("--no-chunked-prefill")
         if not self.prefix_caching:
             args.append("--no-prefix-cache")
+        if not self.async_scheduling:
+            args.append("--no-async-scheduling")
         o = self.overheads
         for flag, value in (("--activation-gib", o.activation_bytes), ("--non-torch-gib", o.non_torch_bytes),
                             ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):

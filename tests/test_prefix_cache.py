@@ -114,8 +114,9 @@ def test_a_hit_on_a_running_request_shares_its_blocks():
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), blocks=st.integers(8, 200), seqs=st.integers(1, 12),
        budget=st.integers(8, 600), chunked=st.booleans(), block_size=st.sampled_from([1, 4, 16]),
-       share=st.floats(0.0, 1.0))
-def test_compiled_loop_with_caching_matches_the_reference(seed, n, blocks, seqs, budget, chunked, block_size, share):
+       share=st.floats(0.0, 1.0), lagged=st.booleans())
+def test_compiled_loop_with_caching_matches_the_reference(seed, n, blocks, seqs, budget, chunked, block_size, share,
+                                                          lagged):
     rng = np.random.default_rng(seed)
     arrival = np.sort(rng.exponential(0.05, n).cumsum() * rng.integers(0, 2))
     prompt, output = rng.integers(1, 300, n), rng.integers(1, 150, n)
@@ -128,7 +129,7 @@ def test_compiled_loop_with_caching_matches_the_reference(seed, n, blocks, seqs,
     if not chunked:
         budget = max(budget, int(prompt.max() + output.max()))
     both_loops(arrival, prompt, output, PrefixIdentity("hash_ids", parent, shared, np.empty(0, np.int64)),
-               EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000))
+               EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000, async_scheduling=lagged))
 
 
 def test_duplicates_and_their_promotion_match_the_reference(monkeypatch):

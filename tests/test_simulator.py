@@ -10,6 +10,7 @@ from helpers import compiled_v1
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.scenario import Scenario
+from planner.sim.cost_model import step_seconds
 from planner.sim.engines import ENGINES, EngineSettings
 from planner.sim.reference import run_reference
 from planner.sim.results import SimulationSummary, summarize
@@ -22,21 +23,41 @@ COEFFS = Scenario(MODEL, GPU).coefficients.as_tuple()
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), blocks=st.integers(8, 200), seqs=st.integers(1, 12),
-       budget=st.integers(8, 600), chunked=st.booleans(), block_size=st.sampled_from([1, 4, 16]))
-def test_compiled_loop_matches_the_reference_exactly(seed, n, blocks, seqs, budget, chunked, block_size):
+       budget=st.integers(8, 600), chunked=st.booleans(), block_size=st.sampled_from([1, 4, 16]),
+       lagged=st.booleans())
+def test_compiled_loop_matches_the_reference_exactly(seed, n, blocks, seqs, budget, chunked, block_size, lagged):
     rng = np.random.default_rng(seed)
     arrival = np.sort(rng.exponential(0.05, n).cumsum() * rng.integers(0, 2))
     prompt = rng.integers(1, 300, n)
     output = rng.integers(1, 200, n)
     if not chunked:
         budget = max(budget, int(prompt.max() + output.max()))   # a whole re-prefill must fit the budget
-    cfg = EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000)
+    cfg = EngineSettings(seqs, budget, chunked, block_size, blocks, 10_000, async_scheduling=lagged)
     fast = compiled_v1(arrival, prompt, output, cfg, COEFFS)
     slow = run_reference(arrival, prompt, output, cfg, COEFFS)
     for name in ("first_token", "finish", "first_scheduled", "preemptions", "rejected", "generated",
                  "free_blocks_at_end"):
         np.testing.assert_array_equal(getattr(fast, name), getattr(slow, name), err_msg=name)
     assert fast.steps == slow.steps
+
+
+@pytest.mark.parametrize("loop", ["compiled", "reference"])
+def test_async_scheduling_admits_an_arrival_one_step_later(loop):
+    # request 0 prefills alone in step 1 (0 → d1) and decodes in step 2; request 1 arrives during step 1. In sync
+    # the scheduler sees it at d1; in async step 2's batch was fixed at 0, so it first runs in step 3 at d1 + d2.
+    # A request reaching an idle engine is scheduled on arrival either way.
+    arrival, prompt, output = np.array([0.0, 1e-4, 100.0]), np.array([100, 50, 50]), np.array([20, 5, 5])
+    run = {}
+    for lagged in (False, True):
+        cfg = EngineSettings(8, 2048, True, 16, 400, 10_000, async_scheduling=lagged)
+        run[lagged] = (compiled_v1(arrival, prompt, output, cfg, COEFFS) if loop == "compiled"
+                       else run_reference(arrival, prompt, output, cfg, COEFFS))
+    d1 = run[False].first_token[0]
+    d2, _ = step_seconds.py_func(COEFFS, 0.0, 101.0, 1.0, 100.0, 1.0)      # one decode after 100 tokens
+    assert run[True].first_token[0] == d1
+    assert run[False].first_scheduled[1] == d1
+    assert run[True].first_scheduled[1] == d1 + d2
+    assert run[False].first_scheduled[2] == run[True].first_scheduled[2] == 100.0
 
 
 def small_kv(**changes) -> Scenario:

@@ -47,6 +47,9 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-cache", action="store_true",
                    help="vllm-v1: compute every prompt in full (vllm serve --no-enable-prefix-caching); other "
                         "engines never reuse prefixes here")
+    g.add_argument("--no-async-scheduling", action="store_true",
+                   help="vllm-v1: schedule each step after the previous one ends (vllm serve --no-async-scheduling; "
+                        "vLLM >= 0.14 fixes a step's batch while the step before it runs)")
     g.add_argument("--preemption", default="recompute", help="recompute or swap (vllm-v0 only)")
     g.add_argument("--max-new-tokens", type=int, help="truncate outputs (and size reservations) to this")
     g.add_argument("--reserve-predicted", type=float, metavar="Q",
@@ -95,6 +98,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                         block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens, overheads=overheads, engine=args.engine,
                         chunked_prefill=not args.no_chunked_prefill, prefix_caching=not args.no_prefix_cache,
+                        async_scheduling=not args.no_async_scheduling,
                         preemption=args.preemption, max_new_tokens=args.max_new_tokens,
                         reserve_quantile=args.reserve_predicted,
                         priority=args.priority, cost=load_params(args.calibration))

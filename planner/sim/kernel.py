@@ -77,7 +77,7 @@ def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
 
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
-                    chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, replicas, router, group,
+                    chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, lagged, replicas, router, group,
                     n_groups, stick_tokens, caching, run_off, run_end, run_base, state, duphead, parent):
     """Run the trace on ``replicas`` copies of one engine behind ``router``, on one clock; returns per-request
     times and counters plus a sampled timeline.
@@ -92,6 +92,9 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     (:func:`planner.sim.kv_pool.pool_keys`, zeros, used up by the run); a request admitted with nothing computed
     starts from its longest cached prefix, capped one token short of what it knows; a step publishes the blocks it
     fills when it is scheduled.
+
+    With ``lagged`` (vLLM V1's async scheduling) the batch of a step is fixed when the step before it starts: a
+    request arriving during a step first runs in the step after next, unless nothing is running.
 
     Returns
     -------
@@ -188,6 +191,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         budget = token_budget
         preempted = False
         ns = 0
+        seen = t - step_dt[k] if lagged and run_count > 0 else t      # arrivals the scheduler has seen
         prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0     # the step's batch, tallied as scheduled
         i = 0
         while i < run_count and budget > 0:
@@ -260,13 +264,17 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         if not preempted:
             while size > 0 and budget > 0 and run_count < max_num_seqs:
                 if by_key:      # length-aware priority: the smallest key waiting goes first
-                    best = head
-                    for j in range(1, size):
+                    best = -1
+                    for j in range(size):
                         q = (head + j) % ring
-                        if key[queue[q]] < key[queue[best]]:
+                        if arrival[queue[q]] <= seen and (best < 0 or key[queue[q]] < key[queue[best]]):
                             best = q
+                    if best < 0:
+                        break
                     queue[head], queue[best] = queue[best], queue[head]
                 r = queue[head]
+                if arrival[r] > seen:
+                    break
                 known = prompt[r] + generated[r]
                 hit_blocks, revived = 0, 0
                 if caching:     # nothing computed: look up the longest cached prefix, one token short of known

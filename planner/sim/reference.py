@@ -103,7 +103,7 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
     waiting: deque[Request] = deque()
     running: list[Request] = []
     free = settings.num_blocks
-    now, steps = 0.0, 0
+    now, steps, last_seconds = 0.0, 0, 0.0
     rejected = np.zeros(len(requests), bool)
     finished = 0
     block = settings.block_size
@@ -132,6 +132,8 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
         if not running and not waiting:
             now = pending[0].arrival
             continue
+        # async scheduling: this step's batch was fixed when the last one started, if anything was running
+        seen = now - last_seconds if settings.async_scheduling and running else now
         budget = settings.max_num_batched_tokens
         scheduled: list[tuple[Request, int, int]] = []       # request, new tokens, context before
         preempted_any = False
@@ -161,6 +163,8 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
         if not preempted_any:                                 # 2. admissions, FCFS
             while waiting and budget > 0 and len(running) < settings.max_num_seqs:
                 req = waiting[0]
+                if req.arrival > seen:
+                    break
                 hit: list[int] = []
                 if caching:             # the longest cached prefix, at least one known token short
                     for key in req.keys[:(req.known_tokens - 1) // block]:
@@ -205,6 +209,7 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
         context = sum(ctx for _, _, ctx in scheduled)
         seconds, _ = step(coeffs, float(prefill), float(pairs), float(decodes), float(context), float(len(scheduled)))
         now += seconds
+        last_seconds = seconds
         steps += 1
         for req, new, _ in scheduled:
             req.computed += new

@@ -34,6 +34,7 @@ class EngineSettings:
     priority: str = "fcfs"            # or "shortest-predicted" (vllm-v1 remedy)
     abort_wait_s: float = float("inf")  # vllm-v1: stop once a request has waited this long (search pruning)
     prefix_caching: bool = True       # vllm-v1: vLLM V1's automatic prefix caching (on by default in vllm serve)
+    async_scheduling: bool = False    # vllm-v1: a step's batch fixed when the step before it starts (vLLM >= 0.14)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, max(settings.max_num_batched_tokens, settings.max_model_len),
                           settings.block_size, settings.num_blocks, False, 0, ENGINE.reservation, log_every,
-                          arrival, False, np.inf, *fleet.kernel_args(settings, prompt, output))
+                          arrival, False, np.inf, False, *fleet.kernel_args(settings, prompt, output))
     return RawRun(*out)
 
 

@@ -16,7 +16,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
         max(settings.max_num_batched_tokens, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
-                          ENGINE.reservation, log_every, arrival, False, np.inf,
+                          ENGINE.reservation, log_every, arrival, False, np.inf, False,
                           *fleet.kernel_args(settings, prompt, output))
     return RawRun(*out)
 

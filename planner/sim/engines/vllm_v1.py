@@ -19,7 +19,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
     out = simulate_kernel(arrival, prompt, output, limit, coeffs, settings.max_num_seqs,
                           settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
-                          settings.priority != "fcfs", settings.abort_wait_s,
+                          settings.priority != "fcfs", settings.abort_wait_s, settings.async_scheduling,
                           *fleet.kernel_args(settings, prompt, output, ENGINE.caches_prefixes(settings)))
     return RawRun(*out)
 
@@ -36,6 +36,8 @@ def launch_args(config: dict, scenario) -> str:
         parts.append("--no-enable-chunked-prefill")
     if not scenario.prefix_caching:
         parts.append("--no-enable-prefix-caching")
+    if not scenario.async_scheduling:
+        parts.append("--no-async-scheduling")
     return " ".join(parts + vllm_scenario_flags(scenario))
 
 
