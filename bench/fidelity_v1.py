@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
@@ -115,7 +116,8 @@ def load(repo: Path, run_id: str) -> Run:
     config = replay["config"]
     assert (config["tensor_parallelism"], config["max_num_seqs"], config["max_num_batched_tokens"]) == (tp, 128, 2048)
     scenario = Scenario(get_model(preset), get_gpu("h100-sxm"), tp=tp, gpu_memory_utilization=0.9,
-                        max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=2048)
+                        max_model_len=4096, max_num_seqs=128, max_num_batched_tokens=2048,
+                        overheads=Overheads(vllm_version="0.15"))
     return Run(run_id, work, np.array([t["ttft_s"] for t in truth]), np.array([t["e2e_s"] for t in truth]),
                np.repeat(np.arange(len(counts)), counts), tuple(float(s["rate"]) for s in stages), scenario,
                int(config["kv_blocks_total_gpu"]))

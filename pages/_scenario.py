@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from planner.capacity.memory import Overheads
+from planner.capacity.memory import VLLM_VERSIONS, Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
@@ -156,16 +156,18 @@ def scenario() -> Scenario:
                                    placeholder="estimated", help="Empty: estimated from the layers and max_num_seqs")
         override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **SHARED,
                                      placeholder="computed")
-        counted = st.toggle("CUDA graphs inside the budget", True, key="graphs_counted", **SHARED,
-                            help="vLLM ≥ 0.21 subtracts estimated CUDA-graph memory before sizing the KV cache; "
-                                 "earlier versions captured graphs outside it")
+        version = st.selectbox("vLLM version (memory profiling)", list(VLLM_VERSIONS),
+                               list(VLLM_VERSIONS).index("current"), key="vllm_version", **SHARED, format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
+                               help="Releases profile activation and non-torch memory differently; vLLM ≥ 0.20 "
+                                    "subtracts estimated CUDA-graph memory before sizing the KV cache, earlier "
+                                    "versions captured graphs outside it")
         log_text = st.text_area("vLLM startup log", key="vllm_log", height=120, persist_state="session",
                                 placeholder="Model loading took 14.99 GiB …\nAvailable KV cache memory: 54.49 GiB …",
                                 help="Fits the overheads (and the GPU's memory) so the plan reproduces this server; "
                                      "kept while you switch pages")
         cost = _cost_params()
     overheads = Overheads(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
-                          cudagraph_bytes=_gib(graphs), cudagraph_counted=counted,
+                          cudagraph_bytes=_gib(graphs), vllm_version=version,
                           source="entered" if activation or non_torch or graphs else "defaults")
     try:
         if log_text.strip():

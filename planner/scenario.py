@@ -241,8 +241,10 @@ class Scenario:
                             ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):
             if value is not None:
                 args += [flag, repr(value / GiB)]
-        if not o.cudagraph_counted:
-            args += ["--cudagraphs", "outside"]
+        if o.vllm_version != "current":
+            args += ["--vllm-version", o.vllm_version]
+        if o.cudagraph_counted is not None and o.cudagraph_counted != o.rules.cudagraphs_counted:
+            args += ["--cudagraphs", "counted" if o.cudagraph_counted else "outside"]
         preset = GPUS.get(self.gpu.name)
         if preset is not None and preset.memory_bytes != self.gpu.memory_bytes:
             args += ["--gpu-memory-gib", repr(self.gpu.memory_bytes / GiB)]

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -181,3 +182,50 @@ def test_every_supported_family_reads(tmp_path):
     assert param_count(from_hf_config(configs["qwen3"])) == pytest.approx(8_190_735_360, rel=0.005)
     assert param_count(from_hf_config(configs["gpt_neox"])) == pytest.approx(11_846_072_320, rel=0.005)
     assert np.isfinite(kv_bytes_per_token(from_hf_config(configs["qwen3"])))
+
+
+def test_each_vllm_versions_profiling_rules_term_by_term():
+    # vLLM 0.12-0.16 (the sorting sampler): Llama-2-70B at TP 4 on H100 SXM with 128 sequences and a 2,048-token
+    # budget: min(128, 2048) rows × 32,000 fp32 logits × 9.5 copies on every rank + 2,048 × 8,192 × 4 B + 0.05 GiB;
+    # NVLink all-reduce buffers 0.55 GiB; CUDA graphs captured outside the budget
+    llama2 = get_model("llama-2-70b")
+    plan = Scenario(llama2, get_gpu("h100-sxm"), tp=4, max_num_seqs=128, max_num_batched_tokens=2048,
+                    overheads=Overheads(vllm_version="0.15")).memory
+    assert plan.activation_bytes == int(9.5 * 128 * 32_000 * 4 + 2048 * 8192 * 4 + int(0.05 * GiB))
+    assert plan.non_torch_bytes == int(0.55 * GiB) and not plan.cudagraph_counted
+    assert plan.kv_pool_bytes == plan.requested_bytes - plan.weights_bytes_per_gpu - plan.activation_bytes \
+        - plan.non_torch_bytes
+    # the sampler is not divided by TP: one rank gathers the whole vocabulary
+    one = Scenario(llama2, get_gpu("h100-sxm"), tp=2, max_num_seqs=128, max_num_batched_tokens=2048,
+                   overheads=Overheads(vllm_version="0.15")).memory
+    assert one.activation_bytes == plan.activation_bytes
+    # without peer-to-peer (PCIe A100s) vLLM disables custom all-reduce and its buffers
+    pcie = Scenario(get_model("qwen2.5-7b"), get_gpu("a100-80gb-pcie"), tp=2,
+                    overheads=Overheads(vllm_version="0.15")).memory
+    assert pcie.non_torch_bytes == int(0.1 * GiB)
+    # the FlashInfer/Triton samplers hold 3.5 copies; only vLLM >= 0.20 subtracts CUDA graphs
+    llama, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    sort, triton = (Scenario(llama, h100, overheads=Overheads(vllm_version=v)).memory for v in ("0.15", "0.19"))
+    forward = 8192 * 4096 * 4              # H100's default 8,192-token budget × hidden × 4 B
+    assert sort.activation_bytes == int(9.5 * 1024 * 128_256 * 4 + forward + int(0.05 * GiB))
+    assert triton.activation_bytes == int(3.5 * 1024 * 128_256 * 4 + forward + int(0.15 * GiB))
+    now = Scenario(llama, h100).memory
+    assert now.cudagraph_counted and not triton.cudagraph_counted
+    assert triton.kv_pool_bytes - now.kv_pool_bytes == now.cudagraph_bytes
+    # an explicit choice wins over the version's
+    assert Scenario(llama, h100, overheads=Overheads(vllm_version="0.19", cudagraph_counted=True)).memory \
+        .kv_pool_bytes == now.kv_pool_bytes
+    with pytest.raises(PlannerError, match="--vllm-version '0.3'"):
+        Scenario(llama, h100, overheads=Overheads(vllm_version="0.3")).memory
+
+
+def test_version_rules_reproduce_startup_logs_they_were_not_fitted_to():
+    # github.com/dennislee22/vLLM-benchmarking, vLLM 0.10.1.1: Qwen2-7B on two A100-80GB without peer-to-peer,
+    # TP 2, util 0.25 → "GPU KV cache size: 450,192 tokens" (the defaults before versions: 359,728)
+    qwen2 = from_hf_config({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+                            "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+                            "vocab_size": 152064, "max_position_embeddings": 32768, "tie_word_embeddings": False})
+    gpu = replace(get_gpu("a100-80gb-pcie"), memory_bytes=int(79.25 * GiB))
+    plan = Scenario(qwen2, gpu, tp=2, gpu_memory_utilization=0.25, max_model_len=16384,
+                    overheads=Overheads(vllm_version="0.10")).memory
+    assert plan.kv_capacity_tokens == pytest.approx(450_192, rel=0.01)

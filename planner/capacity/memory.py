@@ -54,6 +54,56 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int =
 
 
 @dataclass(frozen=True)
+class ProfilingRules:
+    """How one range of vLLM releases sizes the KV cache: its profiling run's activation peak, the non-torch
+    memory it counts, and whether CUDA graphs come out of the budget.
+
+    Read from vLLM's source of each release (``determine_num_available_blocks`` / ``determine_available_memory``,
+    ``profile_run``, ``_dummy_sampler_run``) and fitted to published startup logs (BENCHMARKS.md, "Memory"). The
+    profiling run's sampler holds ``min(max_num_seqs, max_num_batched_tokens)`` rows of full-vocabulary fp32 logits
+    on every rank (the vocabulary is gathered before sampling, so tensor parallelism does not divide it): top-k/top-p
+    by sorting keeps about 9.5 copies at the peak (eleven logs: 9.2-9.8), the FlashInfer and Triton kernels about
+    3.5 (3.5-3.6).
+    """
+
+    label: str
+    sampler_copies: float          # fp32 logits copies at the sampler's peak
+    forward_bytes_per_token_hidden: int   # activation bytes per batched token per hidden unit
+    floor_bytes: int
+    non_torch_single_bytes: int    # one GPU
+    non_torch_nvlink_bytes: int    # TP over NVLink (NCCL, custom or symmetric-memory all-reduce buffers)
+    non_torch_pcie_bytes: int      # TP without peer-to-peer (custom all-reduce off)
+    cudagraphs_counted: bool
+
+
+def _gib(x: float) -> int:
+    return int(x * GiB)
+
+
+# release range -> rules; "current" is what `vllm serve` does today
+VLLM_VERSIONS = {
+    "0.6": ProfilingRules("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False),
+    "0.8": ProfilingRules("V1 0.7-0.9.0 (counts the CUDA context)", 9.5, 4, _gib(0.05), _gib(0.5), _gib(1.0),
+                          _gib(0.6), False),
+    "0.10": ProfilingRules("V1 0.9.1-0.11 (FlashInfer sampler, as in the vllm-openai images)", 3.5, 4, _gib(0.05),
+                           _gib(0.1), _gib(0.55), _gib(0.1), False),
+    "0.15": ProfilingRules("V1 0.12-0.16 (sorting sampler)", 9.5, 4, _gib(0.05), _gib(0.1), _gib(0.55), _gib(0.1),
+                           False),
+    "0.19": ProfilingRules("V1 0.17-0.19 (Triton sampler; graphs estimated, not subtracted)", 3.5, 4, _gib(0.15),
+                           _gib(0.25), _gib(2.1), _gib(0.2), False),
+    "current": ProfilingRules("V1 0.20 and later (CUDA graphs subtracted)", 3.5, 4, _gib(0.15), _gib(0.25),
+                              _gib(2.1), _gib(0.2), True),
+}
+
+
+def profiling_rules(version: str) -> ProfilingRules:
+    """The rules of ``--vllm-version`` (a key of :data:`VLLM_VERSIONS`)."""
+    if version not in VLLM_VERSIONS:
+        raise PlannerError(f"--vllm-version {version!r}: expected one of {', '.join(VLLM_VERSIONS)}")
+    return VLLM_VERSIONS[version]
+
+
+@dataclass(frozen=True)
 class Overheads:
     """What vLLM subtracts from ``gpu_memory_utilization × total`` besides the weights (bytes; None: estimate).
 
@@ -65,36 +115,43 @@ class Overheads:
         CUDA context growth, NCCL and custom all-reduce buffers (more under tensor parallelism).
     cudagraph_bytes : int or None
         Memory CUDA graph capture takes (None: estimated from layers and ``max_num_seqs``).
-    cudagraph_counted : bool
-        vLLM ≥ 0.21 (the default here) estimates graphs before sizing the KV cache and subtracts them; earlier
-        versions captured them afterwards, outside the budget (users lowered ``gpu_memory_utilization``).
+    cudagraph_counted : bool or None
+        Whether CUDA-graph memory comes out of the budget; None: as ``vllm_version`` does (vLLM ≥ 0.20 estimates
+        graphs before sizing the KV cache and subtracts them; earlier versions captured them afterwards, outside
+        the budget, where users lowered ``gpu_memory_utilization``).
     weights_bytes : int or None
         Weights per GPU as loaded ("Model loading took"); None: computed from the architecture.
+    vllm_version : str
+        The release range whose profiling rules estimate what is not given (:data:`VLLM_VERSIONS`).
     """
 
     activation_bytes: int | None = None
     non_torch_bytes: int | None = None
     cudagraph_bytes: int | None = None
-    cudagraph_counted: bool = True
+    cudagraph_counted: bool | None = None
     weights_bytes: int | None = None
+    vllm_version: str = "current"
     source: str = field(default="defaults", compare=False)
 
+    @property
+    def rules(self) -> ProfilingRules:
+        return profiling_rules(self.vllm_version)
 
-def activation_peak_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    """Estimated torch activation peak of vLLM's profiling run.
-
-    vLLM V1 (0.17+) profiles a forward over ``max_num_batched_tokens`` tokens and a dummy sampler over
-    ``max_num_seqs`` rows of fp32 logits; the sampler dominates: published v0.19 logs on H100 (8,192 tokens,
-    1,024 sequences) give 0.77-3.63 GiB, ≈ 3.5 fp32 copies of the logits plus ≈ 0.15 GiB and 4 B per token per
-    hidden unit (BENCHMARKS.md, "Memory").
-    """
-    sampler = _SAMPLER_COPIES * max_num_seqs * model.vocab * 4 / tp
-    forward = max_num_batched_tokens * model.hidden * 4
-    return int(sampler + forward + _ACTIVATION_FLOOR)
+    @property
+    def graphs_counted(self) -> bool:
+        """Whether CUDA graphs come out of the budget: as entered, else as the version does."""
+        return self.rules.cudagraphs_counted if self.cudagraph_counted is None else self.cudagraph_counted
 
 
-_SAMPLER_COPIES = 3.5
-_ACTIVATION_FLOOR = int(0.15 * GiB)
+def activation_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int,
+                          rules: ProfilingRules) -> int:
+    """Estimated torch activation peak of vLLM's profiling run: a forward over ``max_num_batched_tokens`` tokens
+    and a dummy sampler over ``min(max_num_seqs, max_num_batched_tokens)`` rows of full-vocabulary fp32 logits
+    (:class:`ProfilingRules`), the same on every rank."""
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    sampler = rules.sampler_copies * rows * model.vocab * 4
+    forward = max_num_batched_tokens * model.hidden * rules.forward_bytes_per_token_hidden
+    return int(sampler + forward + rules.floor_bytes)
 
 
 def cudagraph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
@@ -103,9 +160,11 @@ def cudagraph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
     return int((0.1 + 0.023 * model.layers) * (0.5 + 0.5 * min(max_num_seqs, 512) / 512) * GiB)
 
 
-def non_torch_bytes(tp: int) -> int:
-    """Default non-torch growth: ≈ 0.25 GiB alone, ≈ 2.1 GiB with NCCL and custom all-reduce buffers under TP."""
-    return int((2.1 if tp > 1 else 0.25) * GiB)
+def non_torch_bytes(tp: int, gpu: GPU, rules: ProfilingRules) -> int:
+    """Default non-torch growth: one GPU's, or under TP the all-reduce buffers' over NVLink or without it."""
+    if tp == 1:
+        return rules.non_torch_single_bytes
+    return rules.non_torch_nvlink_bytes if gpu.gpu_link_bytes_s > gpu.pcie_bytes_s else rules.non_torch_pcie_bytes
 
 
 def default_batched_tokens(gpu: GPU) -> int:
@@ -192,12 +251,13 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
     weights = weights_bytes(model, s.weight_dtype)
     weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / s.tp)
     activation = (overheads.activation_bytes if overheads.activation_bytes is not None
-                  else activation_peak_bytes(model, s.tp, s.max_num_batched_tokens, s.max_num_seqs))
-    non_torch = overheads.non_torch_bytes if overheads.non_torch_bytes is not None else non_torch_bytes(s.tp)
+                  else activation_peak_bytes(model, s.max_num_batched_tokens, s.max_num_seqs, overheads.rules))
+    non_torch = (overheads.non_torch_bytes if overheads.non_torch_bytes is not None
+                 else non_torch_bytes(s.tp, gpu, overheads.rules))
     requested = math.ceil(gpu.memory_bytes * s.gpu_memory_utilization)
     graphs = (overheads.cudagraph_bytes if overheads.cudagraph_bytes is not None
               else cudagraph_bytes(model, s.max_num_seqs))
-    cudagraph = graphs if overheads.cudagraph_counted else 0
+    cudagraph = graphs if overheads.graphs_counted else 0
     pool = requested - weights_per_gpu - activation - non_torch - cudagraph
     per_token_gpu = kv_bytes_per_token(model, s.kv_cache_dtype, s.tp)
     fits = max(0, pool) // (s.block_size * per_token_gpu) if per_token_gpu else 0
@@ -207,7 +267,7 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
         param_count=param_count(model), weights_bytes=weights, weights_bytes_per_gpu=int(weights_per_gpu),
         total_bytes=gpu.memory_bytes, requested_bytes=requested, activation_bytes=int(activation),
         non_torch_bytes=int(non_torch), cudagraph_bytes=int(graphs),
-        cudagraph_counted=overheads.cudagraph_counted, kv_pool_bytes=int(pool),
+        cudagraph_counted=overheads.graphs_counted, kv_pool_bytes=int(pool),
         kv_bytes_per_token=kv_bytes_per_token(model, s.kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
         block_size=s.block_size, num_blocks=int(blocks), kv_capacity_tokens=int(blocks * s.block_size),
         max_model_len=s.max_model_len, blocks_per_max_len_request=int(per_request),

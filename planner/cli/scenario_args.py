@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planner.capacity.memory import KV_DTYPE_BYTES
+from planner.capacity.memory import KV_DTYPE_BYTES, VLLM_VERSIONS
 from planner.catalog.gpus import GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.errors import PlannerError
@@ -34,8 +34,11 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-gpu-blocks", type=int, help="override the computed KV block count")
     g.add_argument("--max-num-seqs", type=int, help="default: vllm serve's for the GPU")
     g.add_argument("--max-num-batched-tokens", type=int, help="default: vllm serve's for the GPU")
-    g.add_argument("--cudagraphs", choices=("counted", "outside"), default="counted",
-                   help="CUDA-graph memory inside the KV budget (vLLM >= 0.21, default) or outside it (earlier)")
+    g.add_argument("--vllm-version", default="current", choices=list(VLLM_VERSIONS),
+                   help="the vLLM release whose memory profiling sizes the KV cache: " + "; ".join(
+                       f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items()))
+    g.add_argument("--cudagraphs", choices=("counted", "outside"),
+                   help="CUDA-graph memory inside the KV budget or outside it (default: as --vllm-version does)")
     g.add_argument("--vllm-log", help="a vLLM startup log: fit the memory overheads (and the GPU's memory) to it")
     for flag, what in (("--activation-gib", "activation peak"), ("--non-torch-gib", "non-torch memory"),
                        ("--cudagraph-gib", "CUDA-graph memory"), ("--weights-gib", "weights per GPU as loaded")):
@@ -81,7 +84,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         if not args.gpu_memory_gib > 0:
             raise PlannerError(f"--gpu-memory-gib {args.gpu_memory_gib}: expected a positive size")
         gpu = replace(gpu, memory_bytes=int(round(args.gpu_memory_gib * GiB)))
-    overheads = Overheads(cudagraph_counted=args.cudagraphs == "counted")
+    overheads = Overheads(cudagraph_counted=None if args.cudagraphs is None else args.cudagraphs == "counted",
+                          vllm_version=args.vllm_version)
     if args.vllm_log:
         try:
             text = Path(args.vllm_log).read_text(encoding="utf-8", errors="replace")
