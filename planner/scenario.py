@@ -172,6 +172,11 @@ class Scenario:
         """vLLM's KV budget for one GPU of the tensor-parallel group (:func:`planner.capacity.memory.plan_memory`)."""
         return plan_memory(self)
 
+    @property
+    def engine_spec(self):
+        """The engine's registry entry (:data:`planner.sim.engines.ENGINES`)."""
+        return ENGINES[self.engine]
+
     @cached_property
     def coefficients(self) -> StepCoefficients:
         """The cost model's per-step constants for this model, GPU, TP, dtypes and parameters."""
@@ -316,8 +321,10 @@ def _check_cost(cost: CostParams) -> None:
         value = getattr(cost, name)
         if not isinstance(value, numbers.Real) or not 0 < value <= 1:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
-    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s"):
+    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "piecewise_layer_s", "frontend_s"):
         value = getattr(cost, name)
+        if value is None and name == "allreduce_latency_s":
+            continue            # the GPU's
         if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
                                "seconds")

@@ -177,3 +177,60 @@ def test_trace_calibration_can_profile_the_kv_pool():
     fit = fit_trace(planned, work, replay.ttft_s, replay.tpot_s, blocks_factors=(0.7, 0.8, 0.9, 1.0))
     assert fit["num_blocks"] == real.settings.num_blocks
     assert fit["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
+
+
+def _terms(scenario, prefills, decodes):
+    from planner.sim.cost_model import step_terms
+    return step_terms.py_func(scenario.coefficients.as_tuple(), *batch_aggregates(prefills, decodes))
+
+
+def test_moe_reads_only_the_experts_its_tokens_visit():
+    # Mixtral 8x7B, top-2 of 8: one token reads 2 experts (expected untouched share (6/8)^1), 32 tokens nearly all
+    mixtral = S(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), tp=2)
+    c = mixtral.coefficients
+    assert 0 < c.expert_bytes < c.weight_bytes
+    one, four, many = (_terms(mixtral, [], [(n, 500)])[1] for n in (1, 4, 64))
+    kv = lambda n: c.kv_bytes_per_token * n * 501 * c.s_per_byte       # noqa: E731
+    assert one == pytest.approx((c.weight_bytes - c.expert_bytes * 0.75) * c.s_per_byte + kv(1), rel=1e-12)
+    assert four == pytest.approx((c.weight_bytes - c.expert_bytes * 0.75 ** 4) * c.s_per_byte + kv(4), rel=1e-12)
+    assert many == pytest.approx(c.weight_bytes * c.s_per_byte + kv(64), rel=1e-6)
+    # a dense model reads all its weights at any batch
+    dense = S(get_model("llama-3-8b"), get_gpu("h100-sxm"))
+    assert dense.coefficients.expert_bytes == 0
+    assert _terms(dense, [], [(1, 500)])[1] == pytest.approx(
+        (dense.coefficients.weight_bytes + dense.coefficients.kv_bytes_per_token * 501) * dense.coefficients.s_per_byte)
+
+
+def test_a_step_with_prefill_pays_the_piecewise_graphs_and_attention_grows_with_context():
+    scenario = S(get_model("llama-3.1-8b"), get_gpu("h100-sxm"))
+    c = scenario.coefficients
+    decode = _terms(scenario, [], [(32, 1000)])
+    mixed = _terms(scenario, [(1, 1000)], [(31, 1000)])            # one decode replaced by a 1-token chunk
+    assert mixed[2] - decode[2] == pytest.approx(32 * 16e-6)       # 32 layers × 16 µs (vllm PR #16072)
+    assert mixed[1] == pytest.approx(decode[1]) and mixed[0] == pytest.approx(decode[0])
+    # the KV a decode batch reads: linear in context; a chunk's attention FLOPs: quadratic in its length
+    longer = _terms(scenario, [], [(32, 3000)])
+    assert longer[1] - decode[1] == pytest.approx(32 * 2000 * c.kv_bytes_per_token * c.s_per_byte)
+    pairs = [batch_aggregates([(n, 0)], [])[1] for n in (1000, 2000)]
+    assert pairs == [1000 * 1001 / 2, 2000 * 2001 / 2]
+
+
+def test_all_reduce_floor_by_gpu_and_tensor_parallelism():
+    # two all-reduces per layer, each log2(tp) rounds of the GPU's floor: H100 NVLink 10 µs, A100 NVLink 25 µs
+    llama70 = get_model("llama-3-70b")
+    h2, h4, h8 = (S(llama70, get_gpu("h100-sxm"), tp=t).coefficients.comm_fixed_s for t in (2, 4, 8))
+    assert h2 == pytest.approx(2 * 80 * 10e-6) and h4 == pytest.approx(2 * h2) and h8 == pytest.approx(3 * h2)
+    assert S(llama70, A100, tp=2).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
+    assert S(llama70, A100, tp=2, cost=CostParams(allreduce_latency_s=5e-6)).coefficients.comm_fixed_s == \
+        pytest.approx(2 * 80 * 5e-6)
+    assert S(LLAMA8, A100).coefficients.comm_fixed_s == 0
+
+
+def test_the_client_sees_the_frontend_on_top_of_the_engine():
+    # one request alone: TTFT is its prefill step plus the frontend; E2E adds the same once, not per token
+    work = synthetic("requests=1,input=512,output=3,qps=1")
+    base = S(cost=CostParams(frontend_s=0.0))
+    plain, fronted = simulate(work, base), simulate(work, base.replace(cost=CostParams(frontend_s=0.006)))
+    assert fronted.ttft_s[0] - plain.ttft_s[0] == pytest.approx(0.006, abs=1e-12)
+    assert fronted.e2e_s[0] - plain.e2e_s[0] == pytest.approx(0.006, abs=1e-12)
+    assert fronted.tpot_s[0] == pytest.approx(plain.tpot_s[0], abs=1e-12)

@@ -33,6 +33,9 @@ class GPU:
     price_per_hour: float          # USD per GPU-hour, editable
     vllm_large_defaults: bool      # vLLM serve picks 8192 batched tokens / 1024 seqs (>= 70 GiB and not A100)
     help: str = ""
+    # one small all-reduce between two ranks inside a model's step: A100 NVLink 20-50 µs
+    # (reference/performance-models.md §2), NCCL over PCIe 20-60 µs; H100 NVLink below (its catalog entry)
+    allreduce_latency_s: float = 25e-6
 
     @property
     def memory_gib(self) -> float:
@@ -49,6 +52,8 @@ def _gib(value: float) -> int:
 
 _PCIE4 = 32 * GB / 1.0 * 0.8     # PCIe Gen4 x16: 32 GB/s per direction nominal, ~25.6 GB/s achieved
 _PCIE5 = 64 * GB * 0.8
+# vLLM's custom all-reduce over H100 NVLink: 6.5-10 µs per decode-sized message at TP 2-4 (vllm PRs #24111, #24532)
+HOPPER_NVLINK_ALLREDUCE_S = 10e-6
 
 GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("a100-80gb-sxm", "A100 80GB SXM4", _gib(79.15), 80, 2039 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
@@ -60,11 +65,12 @@ GPUS: dict[str, GPU] = {g.name: g for g in (
     GPU("a100-40gb-pcie", "A100 40GB PCIe", _gib(39.42), 40, 1555 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4, 250,
         1.1, False, "Ampere, HBM2 1,555 GB/s, PCIe Gen4; ≈ 39.4 GiB"),
     GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
-        2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)"),
+        2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)",
+        HOPPER_NVLINK_ALLREDUCE_S),
     GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5, 350,
         2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5"),
     GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
-        3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB"),
+        3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB", HOPPER_NVLINK_ALLREDUCE_S),
     GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4, 350,
         1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)"),
     GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4, 72,

@@ -72,7 +72,7 @@ def _with(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> Cos
 def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
     the scenario's cost model; its model, GPU, TP and dtypes are the measured server's."""
-    start = scenario.cost
+    start = scenario.cost.on(scenario.gpu)
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
 
@@ -102,7 +102,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     """
     from planner.sim.run import simulate
 
-    start = scenario.cost
+    start = scenario.cost.on(scenario.gpu)
     ttft, tpot = ttft_s[np.isfinite(ttft_s) & (ttft_s > 0)], tpot_s[np.isfinite(tpot_s) & (tpot_s > 0)]
     if ttft.size + tpot.size < 10:
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")

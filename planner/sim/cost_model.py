@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.models import active_param_count, weights_bytes
+from planner.catalog.models import _mlp_params, active_param_count, param_count, weights_bytes
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -47,10 +47,23 @@ class CostParams:
         Scheduler, sampler and launch time per iteration (0.1-0.2 ms with CUDA graphs).
     seq_overhead_s : float
         Extra time per sequence in the batch (BLIS: 4 µs per request).
-    allreduce_latency_s : float
-        Floor of one all-reduce (20-50 µs on A100 NVLink).
+    allreduce_latency_s : float or None
+        Floor of one all-reduce between two ranks; it grows with ``log2(tp)`` (tree and two-shot all-reduces take
+        ``log2`` rounds). None: the GPU's (:attr:`planner.catalog.gpus.GPU.allreduce_latency_s`: A100 NVLink 25 µs,
+        H100 NVLink 10 µs).
     link_efficiency : float
         Effective over nominal GPU-link bandwidth for all-reduce (Vidur A100 medians imply 0.3-0.6).
+    piecewise_layer_s : float
+        What a step holding prefill tokens pays per layer over a decode-only one: vLLM V1 replays one full CUDA
+        graph for a decode batch, but splits a mixed batch's graph around attention (piecewise), launching
+        attention eagerly per layer: ~16 µs per layer (vllm PR #16072: full graphs cut TPOT ~7%). vLLM V1 only.
+    frontend_s : float
+        Per-request latency outside the engine core that both TTFT and E2E carry: HTTP, tokenization (~1 µs per
+        token, vllm PR #10635), the API server's queues and streaming the first chunk back. vLLM V1 only: its API
+        server is a process apart from the engine core (other engines' frontends are not modelled). 6 ms: what
+        steps leave unexplained in the TTFT of the dense runs among inference-sim's seven vLLM v0.15.1 H100 runs
+        (the development data of bench/fidelity_v1.py); BLIS fits a 15.6 ms lump on the same study, which also
+        holds async scheduling's extra step (inference-sim defaults.yaml, alpha_coeffs[0]).
     roofline_p : float
         How sharply a step turns from memory- to compute-bound: busy time ``(compute^p + memory^p)^(1/p)``.
         Large p is the ideal roofline ``max``; 1 adds the two. 2 reproduces Vidur's measured A100 GEMMs near the
@@ -62,13 +75,21 @@ class CostParams:
     mbu: float = 0.80
     step_overhead_s: float = 150e-6
     seq_overhead_s: float = 4e-6
-    allreduce_latency_s: float = 25e-6
+    allreduce_latency_s: float | None = None
     link_efficiency: float = 0.4
     roofline_p: float = 2.0
+    piecewise_layer_s: float = 16e-6
+    frontend_s: float = 6e-3
     source: str = "defaults (reference/performance-models.md)"
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def on(self, gpu) -> CostParams:
+        """These parameters with what is left to the GPU (``allreduce_latency_s`` None) filled in from it."""
+        if self.allreduce_latency_s is not None:
+            return self
+        return replace(self, allreduce_latency_s=gpu.allreduce_latency_s)
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,9 @@ class StepCoefficients:
     step_overhead_s: float
     seq_overhead_s: float
     roofline_p: float
+    mixed_step_s: float          # added to a step that holds prefill tokens (piecewise CUDA graphs)
+    expert_bytes: float          # per GPU, routed experts' weights (0 for a dense model), within weight_bytes
+    expert_miss_log: float       # log(1 − experts_per_token / experts): a token's chance to miss one expert
 
     def as_tuple(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -96,7 +120,8 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     """The constants :func:`step_seconds` needs for the scenario's model on its ``tp`` GPUs, its weight and KV
     dtypes (fp8 weights run at the GPU's fp8 peak and stream half the bytes) and its cost parameters. Take it as
     :attr:`Scenario.coefficients`."""
-    model, gpu, tp, params = scenario.model, scenario.gpu, scenario.tp, scenario.cost
+    model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
+    params = scenario.cost.on(gpu)
     peak = gpu.fp8_flops if scenario.weight_dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
@@ -105,16 +130,25 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     comm_bytes_per_token = 2 * model.layers * model.hidden * 2     # two all-reduces per layer, bf16 activations
     ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
     link = gpu.gpu_link_bytes_s * params.link_efficiency
+    weight_bytes = math.ceil(weights_bytes(model, scenario.weight_dtype) / tp)
+    expert_bytes, miss = 0.0, 0.0
+    if model.moe is not None:
+        moe = model.moe
+        routed = (model.layers - moe.first_dense_layers) * moe.experts * _mlp_params(model, moe.expert_intermediate)
+        expert_bytes = weight_bytes * routed / param_count(model)
+        miss = math.log1p(-moe.experts_per_token / moe.experts)
     return StepCoefficients(
         s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
         attn_flops_per_pair=4.0 * model.layers * attn_width,
-        weight_bytes=math.ceil(weights_bytes(model, scenario.weight_dtype) / tp),
+        weight_bytes=weight_bytes,
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
-        comm_fixed_s=2 * model.layers * params.allreduce_latency_s if tp > 1 else 0.0,
+        comm_fixed_s=2 * model.layers * params.allreduce_latency_s * math.log2(tp) if tp > 1 else 0.0,
         step_overhead_s=params.step_overhead_s, seq_overhead_s=params.seq_overhead_s,
-        roofline_p=params.roofline_p)
+        roofline_p=params.roofline_p,
+        mixed_step_s=model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0,
+        expert_bytes=expert_bytes, expert_miss_log=miss)
 
 
 def swap_block_seconds(scenario: Scenario) -> float:
@@ -159,18 +193,30 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
     seqs : float
         Sequences in the batch (each produces logits and pays the per-sequence overhead).
     """
-    (s_per_flop, s_per_byte, linear_per_token, logit_per_seq, attn_per_pair, weight_bytes, kv_per_token,
-     comm_per_token, comm_fixed, step_overhead, seq_overhead, p) = c
-    tokens = prefill_tokens + decode_count
-    flops = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
-    compute = flops * s_per_flop
-    memory = (weight_bytes + kv_per_token * (context_tokens + tokens)) * s_per_byte
-    overhead = step_overhead + seq_overhead * seqs + comm_fixed + comm_per_token * tokens
-    busy = _busy(compute, memory, p)
+    compute, memory, overhead = step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs)
+    busy = _busy(compute, memory, c[11])
     bound = COMPUTE if compute > memory else MEMORY
     if overhead > busy:
         bound = OVERHEAD
     return busy + overhead, bound
+
+
+@numba.njit(cache=True, nogil=True)
+def step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
+    """``(compute_s, memory_s, overhead_s)`` of one iteration (:func:`step_seconds`' arguments): FLOPs at MFU,
+    bytes at MBU, and what runs beside them (per-step, per-sequence, all-reduce, piecewise-graph costs)."""
+    (s_per_flop, s_per_byte, linear_per_token, logit_per_seq, attn_per_pair, weight_bytes, kv_per_token,
+     comm_per_token, comm_fixed, step_overhead, seq_overhead, _, mixed_step, expert_bytes, miss_log) = c
+    tokens = prefill_tokens + decode_count
+    flops = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
+    compute = flops * s_per_flop
+    # an MoE layer reads only the experts its tokens are routed to: E·(1 − (1 − k/E)^tokens) expected of E
+    untouched = math.exp(tokens * miss_log) if expert_bytes > 0.0 else 0.0
+    memory = (weight_bytes - expert_bytes * untouched + kv_per_token * (context_tokens + tokens)) * s_per_byte
+    overhead = step_overhead + seq_overhead * seqs + comm_fixed + comm_per_token * tokens
+    if prefill_tokens > 0.0:
+        overhead += mixed_step
+    return compute, memory, overhead
 
 
 @numba.njit(cache=True, nogil=True)
@@ -201,11 +247,7 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     if agg[0] + agg[2] <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
     seconds, bound = step_seconds(c.as_tuple(), *agg)
-    prefill_tokens, pairs, decode_count, context, seqs = agg
-    tokens = prefill_tokens + decode_count
-    compute = (c.linear_flops_per_token * tokens + c.logit_flops_per_seq * seqs + c.attn_flops_per_pair * pairs) \
-        * c.s_per_flop
-    memory = (c.weight_bytes + c.kv_bytes_per_token * (context + tokens)) * c.s_per_byte
+    compute, memory, _ = step_terms.py_func(c.as_tuple(), *agg)
     busy = _busy.py_func(compute, memory, c.roofline_p)
     return {"step_ms": seconds * 1e3, "bound": BOUND_NAMES[bound], "compute_ms": compute * 1e3,
             "memory_ms": memory * 1e3, "overlap_loss_ms": (busy - max(compute, memory)) * 1e3,

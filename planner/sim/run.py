@@ -70,7 +70,9 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
     rejected[too_long] = True
     final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group, work.prefix)
     cached = eng.caches_prefixes(settings)      # its loop then counts hits
-    return SimResult(scenario, final, full(raw.first_token, np.nan), full(raw.finish, np.nan),
+    # what the client sees: the engine's times plus the frontend's (vLLM V1's API server, a process of its own)
+    client_s = scenario.cost.frontend_s if eng.v1_runtime else 0.0
+    return SimResult(scenario, final, full(raw.first_token + client_s, np.nan), full(raw.finish + client_s, np.nan),
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, too_long, raw.steps,
                      raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end, full(raw.replica, -1),
                      fleet, full(raw.hits, 0) if cached else None, full(raw.rehits, 0) if cached else None)

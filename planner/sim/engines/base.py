@@ -109,6 +109,9 @@ class Engine:
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
+    # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
+    # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency)
+    v1_runtime: bool = False
     # whether its loop caches prefixes under given settings (None: never), and what the real engine does
     prefix_caching: Callable[[EngineSettings], bool] | None = None
     prefix_cache_note: str = "computes every prompt in full (no prefix cache modelled)"

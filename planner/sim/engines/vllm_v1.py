@@ -45,6 +45,6 @@ ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens)
                 "(a decode costs one token, partial prefills continue), then FCFS admission while fewer than "
                 "max_num_seqs run and blocks exist for the first chunk; no admission in a step that preempted; "
                 "blocks allocated lazily; the last admitted request is preempted by recompute when they run out.",
-                run, launcher="vllm serve {model}", launch_args=launch_args, prefix_caching=_caches,
+                run, launcher="vllm serve {model}", launch_args=launch_args, prefix_caching=_caches, v1_runtime=True,
                 prefix_cache_note="caches prefixes as vLLM V1 does by default (--no-prefix-cache turns it off; the "
                 "seeds' reservation remedy computes every prompt)")
