@@ -10,6 +10,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from planner.charts import workload as charts
+from planner.errors import PlannerError
 from planner.traces import queries, store
 from planner.traces.queries import arrival_times, length_counts
 from planner.traces.samples import ensure_sample
@@ -101,6 +102,18 @@ def length_fit(trace_id: str, field: str, cap: float | None, detect: bool):
 def rate_table(trace_id: str):
     """Rate per 1 s, 10 s and 60 s bin (peak envelope for long traces)."""
     return charts.rate_table(arrival_times(connection(), trace_id))
+
+
+@st.cache_data(max_entries=16, show_spinner="Reading measured latencies…")
+def measured_latency(trace_id: str):
+    """The trace's own TTFT and TPOT per request (seconds, its replay's order), or None where it carries none."""
+    from planner.workload.replay import measured_latencies
+
+    try:
+        _, ttft, tpot = measured_latencies(connection(), trace_id)
+    except PlannerError:
+        return None
+    return ttft, tpot
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading request lengths…")

@@ -4,9 +4,10 @@ import streamlit as st
 
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
-from pages._shared import require_frame, selected_trace, show_rejections, show_table, simulation
+from pages._shared import measured_latency, require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
+from planner.sim.calibration import latency_errors
 from planner.sim.engines import get_engine
 from planner.sim.routers import ROUTERS
 from planner.sim.run import default_router
@@ -71,6 +72,14 @@ if summary.per_replica:
     show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")
 show_table(summary.bucket_table(), "sim_buckets")
+# a replay of the trace at its own rate is comparable with what the trace measured, where it carries latencies
+measured = measured_latency(info.trace_id) if source == "trace replay" and scale == 1.0 and info else None
+if measured is not None:
+    st.markdown("**Predicted against the trace's measured latencies**")
+    show_table(latency_errors(ttft, tpot, *measured), "sim_vs_measured")
+    st.caption("error = predicted / measured − 1. Far off with the defaults? `calibrate --trace` fits the cost "
+               "model to these latencies and reports its error on a held-out part of the trace.")
 c1, c2 = st.columns(2)
-c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs"), key="sim_cdf")
+c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": predicted and measured" if measured
+                                                                            else ""), measured), key="sim_cdf")
 c2.altair_chart(sim_charts.timeline_chart(summary.timeline), key="sim_timeline")

@@ -321,10 +321,11 @@ def _check_cost(cost: CostParams) -> None:
         value = getattr(cost, name)
         if not isinstance(value, numbers.Real) or not 0 < value <= 1:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
-    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "piecewise_layer_s", "frontend_s"):
+    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "tp_step_overhead_s",
+                 "piecewise_layer_s", "frontend_s"):
         value = getattr(cost, name)
-        if value is None and name == "allreduce_latency_s":
-            continue            # the GPU's
+        if value is None and name in ("allreduce_latency_s", "tp_step_overhead_s"):
+            continue            # the GPU's, the engine's
         if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
                                "seconds")

@@ -271,3 +271,26 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     assert reuse_metrics["Working set"] == f"{reuse.working_set_tokens:,} tokens"
     expected = prefix_cache_capacity(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")), reuse)
     assert memory_metrics["LRU hit rate at this pool"] == f"{expected['lru_hit_rate_at_pool']:.1%}"
+
+
+def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path, monkeypatch):
+    """The sample carries TTFT and TPOT: a replay at its own rate is shown against them, table and CDFs."""
+    from planner.sim.calibration import latency_errors
+    from planner.workload.replay import measured_latencies
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "measured.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    grid = table_with(at, "measured_ms")
+    assert list(grid["metric"]) == ["TTFT mean", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT mean", "TPOT p50",
+                                    "TPOT p90", "TPOT p99"]
+    from pages._shared import connection
+    _, ttft, tpot = measured_latencies(connection(), "sample_chat")
+    expected = latency_errors(ttft, tpot, ttft, tpot)          # the measured side, from the planner directly
+    assert grid["measured_ms"].tolist() == pytest.approx([r["measured_ms"] for r in expected])
+    assert (grid["error"] == grid["predicted_ms"] / grid["measured_ms"] - 1).all()
+    # a replay sped up is not the trace's own load: nothing to compare with
+    at.number_input(key="scale").set_value(2.0).run()
+    assert not any("measured_ms" in d.value.columns for d in at.dataframe)

@@ -25,18 +25,25 @@ def latency_quantiles(values_s: np.ndarray, label: str) -> pl.DataFrame:
 
 
 def cdf_chart(frame: pl.DataFrame, title: str) -> alt.Chart:
-    """Latency CDFs (log ms), one line per metric."""
+    """Latency CDFs (log ms), one line per metric, dashed where the frame's ``source`` is "measured"."""
     return alt.Chart(frame.filter(pl.col("ms") > 0)).mark_line().encode(
         x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="ms"), y=alt.Y("cdf:Q", title="P(X ≤ x)"),
         color=alt.Color("metric:N", title=None),
-        tooltip=["metric:N", alt.Tooltip("ms:Q", format=".1f"), alt.Tooltip("cdf:Q", format=".3f")],
+        strokeDash=alt.StrokeDash("source:N", title=None, sort=["predicted", "measured"]),
+        tooltip=["metric:N", "source:N", alt.Tooltip("ms:Q", format=".1f"), alt.Tooltip("cdf:Q", format=".3f")],
     ).properties(title=title, height=240)
 
 
-def latency_cdf_chart(ttft_s: np.ndarray, tpot_s: np.ndarray, title: str) -> alt.Chart:
-    """TTFT and TPOT CDFs of one replay (per-request seconds)."""
-    return cdf_chart(pl.concat([latency_quantiles(np.asarray(ttft_s), "TTFT"),
-                                latency_quantiles(np.asarray(tpot_s), "TPOT")]), title)
+def latency_cdf_chart(ttft_s: np.ndarray, tpot_s: np.ndarray, title: str,
+                      measured: tuple[np.ndarray, np.ndarray] | None = None) -> alt.Chart:
+    """TTFT and TPOT CDFs of one replay (per-request seconds), with the trace's own measured ones overlaid where
+    given (``(ttft_s, tpot_s)``)."""
+    frames = [latency_quantiles(np.asarray(ttft_s), "TTFT").with_columns(source=pl.lit("predicted")),
+              latency_quantiles(np.asarray(tpot_s), "TPOT").with_columns(source=pl.lit("predicted"))]
+    if measured is not None:
+        frames += [latency_quantiles(np.asarray(values), label).with_columns(source=pl.lit("measured"))
+                   for values, label in zip(measured, ("TTFT", "TPOT"), strict=True)]
+    return cdf_chart(pl.concat(frames), title)
 
 
 def timeline_chart(timeline: Timeline) -> alt.VConcatChart:

@@ -88,12 +88,25 @@ def cmd_calibrate(args) -> None:
         from planner.workload.replay import measured_latencies
 
         workload, ttft, tpot = measured_latencies(store.open_store(args.db), args.trace)
-        report = calibration.fit_trace(scenario, workload, ttft, tpot)
+        if not 0 < args.holdout < 1:
+            raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
+        report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout)
     calibration.save(report, args.output, scenario)
     obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
-           "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"]}
-    _emit(args, obj, f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
-          + f"; MAPE {report['mape']:.2%}")
+           "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
+           "warnings": report["warnings"]}
+    lines = [f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
+             + f"; MAPE {report['mape']:.2%}"]
+    for split in ("in_sample", "held_out"):
+        if split in report:
+            obj[split] = report[split]
+            part = report[split]
+            lines.append(f"{split.replace('_', '-')} ({part['requests']:,} requests): median |error| "
+                         f"{part['median_abs_error']:.1%}, bias {part['bias']:+.1%}; " + ", ".join(
+                             f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
+                             for r in part["metrics"]))
+    lines += [f"warning: {w}" for w in report["warnings"]]
+    _emit(args, obj, "\n".join(lines))
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
@@ -215,6 +228,8 @@ def add_simulation_commands(command) -> None:
     add_scenario_arguments(p)
     p.add_argument("--points", help="CSV: prefill_tokens,prefill_count,decode_count,decode_context,step_ms")
     p.add_argument("--trace", help="a stored trace with TTFT/TPOT, replayed in the scenario (its engine, limits)")
+    p.add_argument("--holdout", type=float, default=0.3,
+                   help="--trace: the share of the latest arrivals predicted, not fitted (default 0.3)")
     p.add_argument("-o", "--output", required=True, help="calibration file to write")
     p.set_defaults(func=cmd_calibrate)
 

@@ -28,6 +28,11 @@ _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
 _TRACE_PARAMS = ("mfu", "mbu")
 _TRACE_QUANTILES = np.linspace(0.05, 0.95, 19)
 _BOUNDS = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3)}
+HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are predicted, not fitted
+# a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
+_NUDGE, _WEAK = 0.1, 0.01
+LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
+                   ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
 
 
 def read_points(path: str | Path) -> pl.DataFrame:
@@ -72,7 +77,7 @@ def _with(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> Cos
 def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
     the scenario's cost model; its model, GPU, TP and dtypes are the measured server's."""
-    start = scenario.cost.on(scenario.gpu)
+    start = scenario.cost.resolved(scenario)
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
 
@@ -85,7 +90,82 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     fit = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
     params = _with(start, _POINT_PARAMS, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
-    return _report(params, measured, predicted, "iterations")
+    report = _report(params, measured, predicted, "iterations")
+    # residuals are relative, so the Jacobian times a 10% step is each row's relative change
+    moves = {name: float(np.max(np.abs(fit.jac[:, j] * _NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
+    report["warnings"] = _weak(moves, "step times", "rows of the kind it governs (prefill-bound for mfu, "
+                               "decode-bound for mbu, many small steps for the overheads)")
+    return report
+
+
+def _weak(moves: dict[str, float], what: str, remedy: str) -> list[str]:
+    """A warning per parameter whose 10% change moves no prediction by ``_WEAK``."""
+    return [f"{name} is poorly constrained: 10% more moves no predicted {what} by more than {move:.2%}, below "
+            f"measurement noise, so its fitted value is not to be trusted; add {remedy}"
+            for name, move in moves.items() if move < _WEAK]
+
+
+def latency_errors(predicted_ttft_s: np.ndarray, predicted_tpot_s: np.ndarray, measured_ttft_s: np.ndarray,
+                   measured_tpot_s: np.ndarray) -> list[dict]:
+    """Predicted against measured TTFT and TPOT: mean, p50, p90 and p99 of each (ms, finite values), with the
+    error ``predicted / measured − 1``; the calibration report's and the Simulate page's table."""
+    rows = []
+    for metric, stat in LATENCY_METRICS:
+        pair = {"ttft": (predicted_ttft_s, measured_ttft_s), "tpot": (predicted_tpot_s, measured_tpot_s)}[metric]
+        values = []
+        for v in pair:
+            v = np.asarray(v, float)
+            v = v[np.isfinite(v)]
+            values.append(float("nan") if v.size == 0 else
+                          float(v.mean() if stat == "mean" else np.percentile(v, float(stat[1:]))) * 1e3)
+        rows.append({"metric": f"{metric.upper()} {stat}", "measured_ms": values[1], "predicted_ms": values[0],
+                     "error": values[0] / values[1] - 1 if values[1] > 0 else float("nan")})
+    return rows
+
+
+def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
+                       holdout: float = HOLDOUT_SHARE) -> dict:
+    """:func:`fit_trace` on the first ``1 − holdout`` of the trace's arrivals, then the whole trace replayed with
+    the fitted parameters: per-metric error and bias on the requests fitted (in-sample) and on the later ones
+    (held out, predicted from a replay that carries on from the fitted part), and a warning per parameter the
+    fitted part hardly constrains."""
+    from planner.sim.run import simulate
+
+    n = workload.n
+    fitted_n = int(round(n * (1 - holdout)))
+    if fitted_n < 10 or n - fitted_n < 10:
+        raise PlannerError(f"the trace has {n:,} requests with latencies: a held-out split needs at least 10 on "
+                           "each side")
+    head = np.arange(n) < fitted_n
+    part = replace(workload, arrival_s=workload.arrival_s[head], input_tokens=workload.input_tokens[head],
+                   output_tokens=workload.output_tokens[head],
+                   group=workload.group[head] if workload.group is not None else None,
+                   prefix=workload.prefix.subset(head) if workload.prefix is not None else None)
+    report = fit_trace(scenario, part, ttft_s[head], tpot_s[head])
+    params = CostParams(**{**report["params"], "source": "calibrated"})
+    result = simulate(workload, scenario.replace(cost=params))
+    for name, keep in (("in_sample", head), ("held_out", ~head)):
+        rows = latency_errors(result.ttft_s[keep], result.tpot_s[keep], ttft_s[keep], tpot_s[keep])
+        errors = [r["error"] for r in rows if np.isfinite(r["error"])]
+        report[name] = {"requests": int(keep.sum()), "metrics": rows,
+                        "median_abs_error": float(np.median(np.abs(errors))) if errors else None,
+                        "bias": float(np.median(errors)) if errors else None}
+    base = _trace_quantiles(simulate(part, scenario.replace(cost=params)))
+    moves = {}
+    for name in _TRACE_PARAMS:
+        nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(
+            params, **{name: min(1.0, getattr(params, name) * (1 + _NUDGE))}))))
+        moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
+    report["warnings"] = _weak(moves, "TTFT/TPOT quantiles",
+                               "requests at loads where it binds (prefill-heavy arrivals for mfu, decode-bound "
+                               "steps for mbu), or timed iterations (--points)")
+    report["holdout"] = holdout
+    return report
+
+
+def _trace_quantiles(result) -> np.ndarray:
+    return np.concatenate([np.nanquantile(v, _TRACE_QUANTILES) for v in (result.ttft_s, result.tpot_s)
+                           if np.isfinite(v).any()])
 
 
 def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
@@ -102,7 +182,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     """
     from planner.sim.run import simulate
 
-    start = scenario.cost.on(scenario.gpu)
+    start = scenario.cost.resolved(scenario)
     ttft, tpot = ttft_s[np.isfinite(ttft_s) & (ttft_s > 0)], tpot_s[np.isfinite(tpot_s) & (tpot_s > 0)]
     if ttft.size + tpot.size < 10:
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")

@@ -51,6 +51,9 @@ class CostParams:
         Floor of one all-reduce between two ranks; it grows with ``log2(tp)`` (tree and two-shot all-reduces take
         ``log2`` rounds). None: the GPU's (:attr:`planner.catalog.gpus.GPU.allreduce_latency_s`: A100 NVLink 25 µs,
         H100 NVLink 10 µs).
+    tp_step_overhead_s : float or None
+        Extra time per step under tensor parallelism: the driver handing each step's batch to the other ranks'
+        workers. None: the engine's (vLLM V0 over Ray 7 ms; vLLM V1's shared-memory broadcast 0).
     link_efficiency : float
         Effective over nominal GPU-link bandwidth for all-reduce (Vidur A100 medians imply 0.3-0.6).
     piecewise_layer_s : float
@@ -76,6 +79,7 @@ class CostParams:
     step_overhead_s: float = 150e-6
     seq_overhead_s: float = 4e-6
     allreduce_latency_s: float | None = None
+    tp_step_overhead_s: float | None = None
     link_efficiency: float = 0.4
     roofline_p: float = 2.0
     piecewise_layer_s: float = 16e-6
@@ -85,11 +89,12 @@ class CostParams:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def on(self, gpu) -> CostParams:
-        """These parameters with what is left to the GPU (``allreduce_latency_s`` None) filled in from it."""
-        if self.allreduce_latency_s is not None:
-            return self
-        return replace(self, allreduce_latency_s=gpu.allreduce_latency_s)
+    def resolved(self, scenario: Scenario) -> CostParams:
+        """These parameters with what is left to the GPU and the engine (None) filled in from them."""
+        return replace(self, allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
+                                                  else scenario.gpu.allreduce_latency_s),
+                       tp_step_overhead_s=(self.tp_step_overhead_s if self.tp_step_overhead_s is not None
+                                           else scenario.engine_spec.tp_step_overhead_s))
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     dtypes (fp8 weights run at the GPU's fp8 peak and stream half the bytes) and its cost parameters. Take it as
     :attr:`Scenario.coefficients`."""
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
-    params = scenario.cost.on(gpu)
+    params = scenario.cost.resolved(scenario)
     peak = gpu.fp8_flops if scenario.weight_dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
@@ -145,7 +150,8 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
         comm_fixed_s=2 * model.layers * params.allreduce_latency_s * math.log2(tp) if tp > 1 else 0.0,
-        step_overhead_s=params.step_overhead_s, seq_overhead_s=params.seq_overhead_s,
+        step_overhead_s=params.step_overhead_s + (params.tp_step_overhead_s if tp > 1 else 0.0),
+        seq_overhead_s=params.seq_overhead_s,
         roofline_p=params.roofline_p,
         mixed_step_s=model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0,
         expert_bytes=expert_bytes, expert_miss_log=miss)

@@ -7,6 +7,7 @@ import math
 
 import duckdb
 import numpy as np
+import polars as pl
 
 from planner.errors import PlannerError
 from planner.sim.workload import SimWorkload, poisson_or_gamma, sorted_workload
@@ -20,13 +21,7 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     (a trace without timestamps needs ``qps``: Poisson arrivals at that rate), with their prefix identity: the
     stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared."""
     info = store.get_trace(con, trace_ref)
-    view = store.requests_view(info.trace_id)
-    columns = con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
-    has_session = "session_id" in columns
-    session = "session_id" if has_session else "NULL AS session_id"
-    hashes = "hash_ids" if "hash_ids" in columns else "NULL AS hash_ids"
-    frame = con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes} FROM {view} "
-                             f"WHERE NOT failed AND output_tokens > 0 ORDER BY arrival NULLS LAST, \"row\"").pl()
+    frame = _replayed(con, info)
     if frame.height == 0:
         raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
     inputs, outputs = frame["input_tokens"].to_numpy(), frame["output_tokens"].to_numpy()
@@ -48,24 +43,39 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     else:
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
     label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
-    groups = frame["session_id"].to_numpy() if has_session else None
+    return _workload(frame, arrival, label).with_shared_prefix(shared_prefix)
+
+
+def _replayed(con: duckdb.DuckDBPyConnection, info, extra: str = "", where: str = "") -> pl.DataFrame:
+    """The requests a replay takes, in arrival order (rows without one last): lengths, session and hash ids (NULL
+    where the trace has none), plus ``extra`` columns."""
+    view = store.requests_view(info.trace_id)
+    columns = con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
+    session = "session_id" if "session_id" in columns else "NULL::VARCHAR AS session_id"
+    hashes = "hash_ids" if "hash_ids" in columns else "NULL AS hash_ids"
+    return con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes}{extra} FROM {view} "
+                            f"WHERE NOT failed AND output_tokens > 0{where} ORDER BY arrival NULLS LAST, \"row\"").pl()
+
+
+def _workload(frame: pl.DataFrame, arrival: np.ndarray, label: str) -> SimWorkload:
+    """The frame's requests at ``arrival`` with their prefix identity: hash ids, else sessions."""
+    groups = frame["session_id"].to_numpy() if frame["session_id"].null_count() < frame.height else None
     hash_ids = frame["hash_ids"].to_list() if frame["hash_ids"].null_count() < frame.height else None
-    return sorted_workload(arrival, inputs, outputs, label, groups, hash_ids).with_shared_prefix(shared_prefix)
+    return sorted_workload(arrival, frame["input_tokens"].to_numpy(), frame["output_tokens"].to_numpy(), label,
+                           groups, hash_ids)
 
 
 def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
-    """A trace's replay workload (its own arrivals) with each request's measured TTFT and TPOT in seconds (NaN
-    where absent), in the workload's order."""
+    """A trace's replay workload (its own arrivals and prefix identity) with each request's measured TTFT and TPOT
+    in seconds (NaN where absent), in the workload's order."""
     info = store.get_trace(con, trace_ref)
     if not info.has_timestamps:
         raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
-    frame = con.cursor().sql(
-        f"SELECT arrival, input_tokens, output_tokens, ttft_ms, tpot_ms FROM {store.requests_view(info.trace_id)} "
-        f"WHERE NOT failed AND output_tokens > 0 AND arrival IS NOT NULL ORDER BY arrival, \"row\"").pl()
+    frame = _replayed(con, info, ", ttft_ms, tpot_ms", " AND arrival IS NOT NULL")
     if frame["ttft_ms"].null_count() == frame.height and frame["tpot_ms"].null_count() == frame.height:
         raise PlannerError(f"trace {info.name!r} has no TTFT or TPOT column: expected measured latencies")
-    workload = sorted_workload(frame["arrival"].to_numpy(), frame["input_tokens"].to_numpy(),
-                       frame["output_tokens"].to_numpy(), f"trace {info.name}")
+    # in arrival order already, so the workload's order (a stable sort by arrival) is the frame's
+    workload = _workload(frame, frame["arrival"].to_numpy().astype(float), f"trace {info.name}")
     as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
     return workload, as_s[0], as_s[1]
 

@@ -112,6 +112,7 @@ class Engine:
     # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
     # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency)
     v1_runtime: bool = False
+    tp_step_overhead_s: float = 0.0    # CostParams.tp_step_overhead_s where a calibration leaves it to the engine
     # whether its loop caches prefixes under given settings (None: never), and what the real engine does
     prefix_caching: Callable[[EngineSettings], bool] | None = None
     prefix_cache_note: str = "computes every prompt in full (no prefix cache modelled)"

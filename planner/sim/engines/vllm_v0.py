@@ -160,5 +160,8 @@ ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
                 "to the host and back over PCIe (--preemption swap).", run,
                 preemption_modes=("recompute", "swap"), chunks_prefill=False,
                 launcher="VLLM_USE_V1=0 vllm serve {model}", launch_args=launch_args, fleet_loop=False,
+                # DistServe's A100-80GB profiles of vLLM V0 (bench/calibrate_points.py): a TP 2 decode step takes
+                # 7.0 ms more than the TP 1 calibration predicts, at every batch below 64 (Ray-driven workers)
+                tp_step_overhead_s=7e-3,
                 prefix_cache_note="computes every prompt: V0's prefix caching was off by default "
                 "(--enable-prefix-caching), and is not modelled")
