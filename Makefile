@@ -31,6 +31,8 @@ bench: $(STAMP)
 	$(PY) bench/simulate.py
 	$(PY) bench/prefix_cache.py
 	$(PY) bench/fidelity.py
+	$(PY) bench/calibrate_points.py
+	@if [ -n "$$INFSIM_TRAINING" ]; then $(PY) bench/fidelity_v1.py; else echo "bench/fidelity_v1.py skipped: set INFSIM_TRAINING to a clone of https://github.com/inference-sim/training (its data is not bundled)"; fi
 	$(PY) bench/recommend.py
 
 sample: $(STAMP)
