@@ -10,7 +10,7 @@ TP2; ``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048, ``max_model_len`` 40
 study is held out: nothing here reads it.
 
 The workload: 100 prompts (``index mod 100``, send-order swaps within ±3 repaired by length), cycled, so after
-the first cycle every prompt is cached; outputs exactly ``output_len`` tokens (``ignore_eos``; the recorded
+the first cycle every prompt is cached, and in it ten groups of ten share a system prompt; outputs exactly ``output_len`` tokens (``ignore_eos``; the recorded
 ``output_tokens`` re-tokenizes the streamed text and is noisy). TPOT is ``(mean E2E − mean TTFT) / (output − 1)``.
 
 Two model states: the defaults (nothing fitted), and calibrated on stage 0 of each two-stage run (``calibrate
@@ -39,7 +39,7 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_trace  # noqa: E402
-from planner.sim.prefix import from_hash_ids  # noqa: E402
+from planner.sim.prefix import PrefixIdentity  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
 from planner.sim.workload import SimWorkload  # noqa: E402
@@ -56,6 +56,7 @@ RUNS = {
     "mixtral8x7b-tp2-roleplay": ("20260218-141024-mixtral-8x7b-v0-1-tp2-roleplay", "mixtral-8x7b", 2),
 }
 PROMPTS = 100         # inference-perf's shared-prefix generator: 10 groups × 10 prompts, shuffled once, cycled
+GROUPS = 10
 SWAP_WINDOW = 3       # send order differs from dispatch order by swaps of at most 3 places (224 client workers)
 METRICS = ("ttft_mean", "ttft_p99", "tpot", "e2e_mean", "e2e_p99")
 
@@ -94,6 +95,25 @@ def prompt_ids(lengths: np.ndarray) -> np.ndarray:
     return ids
 
 
+def identity(ids: np.ndarray, prompt: np.ndarray, system_tokens: int) -> PrefixIdentity:
+    """Which tokens repeat: a prompt seen before is the same tokens (the whole prompt shared with its last
+    occurrence); a prompt's first occurrence shares its group's system prompt. inference-perf's generator builds
+    10 groups of 10 prompts, each group's prompts opening with the same ``system_tokens`` random tokens, then
+    shuffles them, so which prompts share one is lost: ``prompt_id mod 10`` stands for it (the same count of
+    first-cycle hits, on other prompts)."""
+    n = ids.size
+    parent, shared = np.full(n, -1, np.int64), np.zeros(n, np.int64)
+    last: dict[int, int] = {}
+    for r, p in enumerate(ids.tolist()):
+        if p in last:
+            parent[r], shared[r] = last[p], prompt[r]
+        else:
+            parent[r], shared[r] = n + p % GROUPS, min(system_tokens, int(prompt[r]))
+        last[p] = r
+    return PrefixIdentity("hash_ids", parent, shared, np.full(GROUPS, system_tokens, np.int64),
+                          f"{PROMPTS} prompts cycled, {GROUPS} system prompts of {system_tokens} tokens")
+
+
 def load(repo: Path, run_id: str) -> Run:
     """The run's requests from the clone at ``DATA_COMMIT``, and the server it ran on as a scenario."""
     directory, preset, tp = RUNS[run_id]
@@ -109,10 +129,9 @@ def load(repo: Path, run_id: str) -> Run:
     stages = profile["load"]["stages"]
     counts = [int(s["rate"] * s["duration"]) for s in stages]
     assert sum(counts) == prompt.size, (counts, prompt.size)
-    ids = prompt_ids(prompt)
-    # the same prompt is the same tokens: one id per 16-token block, so every full block of a repeat is shared
-    hash_ids = [[int(p) * 1000 + j for j in range(-(-int(n) // 16))] for p, n in zip(ids, prompt, strict=True)]
-    work = SimWorkload(arrival, prompt, output, run_id, prefix=from_hash_ids(hash_ids, prompt, 16))
+    shared = profile["data"]["shared_prefix"]
+    work = SimWorkload(arrival, prompt, output, run_id,
+                       prefix=identity(prompt_ids(prompt), prompt, int(shared["system_prompt_len"])))
     config = replay["config"]
     assert (config["tensor_parallelism"], config["max_num_seqs"], config["max_num_batched_tokens"]) == (tp, 128, 2048)
     scenario = Scenario(get_model(preset), get_gpu("h100-sxm"), tp=tp, gpu_memory_utilization=0.9,

@@ -45,5 +45,9 @@ def test_a_published_run_loads_with_its_stages_and_blocks():
     assert run.work.n == 9000 and np.bincount(run.stage).tolist() == [3000, 6000] and run.rates == (5.0, 10.0)
     assert run.logged_blocks == 26_602 and abs(run.scenario.settings.num_blocks / 26_602 - 1) < 0.01
     assert set(run.work.output_tokens.tolist()) == {247}
-    # 100 prompts: after the first cycle every request repeats an earlier one's prompt
-    assert (run.work.prefix.parent[100:] >= 0).all()
+    # 100 prompts: a first occurrence shares its group's 100-token system prompt (a virtual sequence), every later
+    # one the whole prompt of the prompt's previous occurrence
+    parent, shared, n = run.work.prefix.parent, run.work.prefix.shared_tokens, run.work.n
+    first = parent >= n
+    assert first.sum() == 100 and np.unique(parent[first]).size == 10 and (shared[first] == 100).all()
+    assert (parent[~first] < np.arange(n)[~first]).all() and (shared[~first] == run.work.input_tokens[~first]).all()
