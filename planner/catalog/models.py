@@ -140,6 +140,15 @@ def param_count(spec: ModelSpec, include_mtp: bool = False) -> int:
     return int(total)
 
 
+def routed_expert_param_count(spec: ModelSpec) -> int:
+    """Parameters of the routed experts over all MoE layers (0 for a dense model): what a step reads only where
+    its tokens are routed."""
+    if spec.moe is None:
+        return 0
+    moe = spec.moe
+    return (spec.layers - moe.first_dense_layers) * moe.experts * _mlp_params(spec, moe.expert_intermediate)
+
+
 def active_param_count(spec: ModelSpec) -> int:
     """Parameters touched per token (MoE: only the routed experts a token visits)."""
     if spec.moe is None:

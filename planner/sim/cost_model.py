@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.models import _mlp_params, active_param_count, param_count, weights_bytes
+from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -121,6 +121,9 @@ class StepCoefficients:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 
+_ROOFLINE_P = [f.name for f in fields(StepCoefficients)].index("roofline_p")   # its place in as_tuple()
+
+
 def coefficients(scenario: Scenario) -> StepCoefficients:
     """The constants :func:`step_seconds` needs for the scenario's model on its ``tp`` GPUs, its weight and KV
     dtypes (fp8 weights run at the GPU's fp8 peak and stream half the bytes) and its cost parameters. Take it as
@@ -138,10 +141,9 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     weight_bytes = math.ceil(weights_bytes(model, scenario.weight_dtype) / tp)
     expert_bytes, miss = 0.0, 0.0
     if model.moe is not None:
-        moe = model.moe
-        routed = (model.layers - moe.first_dense_layers) * moe.experts * _mlp_params(model, moe.expert_intermediate)
-        expert_bytes = weight_bytes * routed / param_count(model)
-        miss = math.log1p(-moe.experts_per_token / moe.experts)
+        # the experts' share of the parameters (quantized checkpoints keep 16-bit embeddings: a slight overcount)
+        expert_bytes = weight_bytes * routed_expert_param_count(model) / param_count(model)
+        miss = math.log1p(-model.moe.experts_per_token / model.moe.experts)
     return StepCoefficients(
         s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
@@ -200,7 +202,7 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
         Sequences in the batch (each produces logits and pays the per-sequence overhead).
     """
     compute, memory, overhead = step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs)
-    busy = _busy(compute, memory, c[11])
+    busy = _busy(compute, memory, c[_ROOFLINE_P])
     bound = COMPUTE if compute > memory else MEMORY
     if overhead > busy:
         bound = OVERHEAD
