@@ -268,3 +268,16 @@ def test_tensor_parallel_steps_pay_the_engines_coordination():
     assert S(LLAMA8, A100, engine="vllm-v0").coefficients.step_overhead_s == pytest.approx(CostParams().step_overhead_s)
     own = S(llama70, A100, tp=2, engine="vllm-v0", cost=CostParams(tp_step_overhead_s=1e-3)).coefficients
     assert own.step_overhead_s == pytest.approx(CostParams().step_overhead_s + 1e-3)
+
+
+def test_calibration_says_when_the_scenario_cannot_be_the_measured_server():
+    # latencies measured on an H100, calibrated as if they came from an A100: even at full compute and bandwidth
+    # the A100's steps are too slow, so the fit ends on a bound and the report says so
+    from planner.sim.calibration import fit_trace_held_out
+
+    work = synthetic("requests=300,input=uniform:100:800,output=uniform:50:200,qps=2,seed=4")
+    measured = simulate(work, S(gpu=get_gpu("h100-sxm"), max_model_len=8192))
+    report = fit_trace_held_out(S(max_model_len=8192), work, measured.ttft_s, measured.tpot_s)
+    assert any(w.split(" ")[0] in ("mfu", "mbu") and " ended at " in w and "top of its range" in w
+               for w in report["warnings"])
+    assert report["held_out"]["bias"] > 0.05            # the A100 replay stays slower than what was measured

@@ -93,9 +93,22 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     report = _report(params, measured, predicted, "iterations")
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * _NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
-    report["warnings"] = _weak(moves, "step times", "rows of the kind it governs (prefill-bound for mfu, "
-                               "decode-bound for mbu, many small steps for the overheads)")
+    report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
+        moves, "step times", "rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small "
+        "steps for the overheads)")
     return report
+
+
+def _at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
+    """A warning per fitted parameter that ended on a bound of its range: the model could not follow the data."""
+    out = []
+    for name in names:
+        value, (lo, hi) = getattr(params, name), _BOUNDS[name]
+        if value >= hi * 0.99 or (lo > 0 and value <= lo * 1.01):
+            out.append(f"{name} ended at {value:.4g}, the {'top' if value >= hi * 0.99 else 'bottom'} of its range "
+                       f"[{lo:g}, {hi:g}]: no setting of it reproduces the data; check that the scenario is the "
+                       "measured server's (GPU, TP, engine limits, replicas behind a router)")
+    return out
 
 
 def _weak(moves: dict[str, float], what: str, remedy: str) -> list[str]:
@@ -156,9 +169,9 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(
             params, **{name: min(1.0, getattr(params, name) * (1 + _NUDGE))}))))
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
-    report["warnings"] = _weak(moves, "TTFT/TPOT quantiles",
-                               "requests at loads where it binds (prefill-heavy arrivals for mfu, decode-bound "
-                               "steps for mbu), or timed iterations (--points)")
+    report["warnings"] = _at_bound(params, _TRACE_PARAMS) + _weak(
+        moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
+        "decode-bound steps for mbu), or timed iterations (--points)")
     report["holdout"] = holdout
     return report
 
