@@ -7,6 +7,7 @@ import shlex
 import pytest
 from helpers import run_cli
 
+from planner.capacity.memory import Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
@@ -100,6 +101,14 @@ def test_the_reproduce_flags_rebuild_the_same_scenario():
                  "--price 2.25"):
         assert flag in line, flag
     assert "--max-num-batched-tokens" not in line and "--vllm-log" not in line      # defaulted; the log written out
+
+    # a release's profiling rules and V1's scheduling mode travel as flags too
+    older = Scenario(LLAMA8, A100, tp=2, async_scheduling=False, overheads=Overheads(vllm_version="0.15"))
+    line = shlex.join(older.cli_args())
+    assert "--vllm-version 0.15" in line and "--no-async-scheduling" in line and "--cudagraphs" not in line
+    again = scenario_from_args(build_parser().parse_args(["memory", *older.cli_args()]))
+    assert again.memory == older.memory and again.settings == older.settings and not again.async_scheduling
+    assert again.settings.async_scheduling is False and Scenario(LLAMA8, A100).settings.async_scheduling is True
 
 
 @pytest.mark.parametrize("command", ["memory", "step", "simulate", "calibrate", "recommend", "report"])
