@@ -169,8 +169,7 @@ def compare(run: Run, scenario: Scenario, stages: tuple[int, ...]) -> list[dict]
 def calibrated(run: Run) -> Scenario:
     """The scenario with MFU and MBU fitted to stage 0's TTFT and TPOT (``calibrate --trace``)."""
     first = run.stage == 0
-    work = SimWorkload(run.work.arrival_s[first], run.work.input_tokens[first], run.work.output_tokens[first],
-                       run.run_id, prefix=run.work.prefix.subset(first))
+    work = run.work.subset(first)
     tpot = (run.e2e_s[first] - run.ttft_s[first]) / (work.output_tokens - 1)
     report = fit_trace(run.scenario, work, run.ttft_s[first], tpot)
     return run.scenario.replace(cost=run.scenario.cost.__class__(**{**run.scenario.cost.as_dict(),

@@ -144,9 +144,7 @@ def main() -> None:
     print(f"fleet of 8 (prefix-aware) at {8 * qps:.2f} req/s: {fleet_work.n / fleet.sim_wall_s:,.0f} simulated "
           f"requests/s ({fleet.steps:,} steps in {fleet.sim_wall_s:.3f} s); hit rate "
           f"{summarize(fleet).prefix_cache['hit_rate']:.1%}")
-    head = slice(0, args.reference_requests)
-    part = SimWorkload(work.arrival_s[head], prompt[head], work.output_tokens[head], "prefix",
-                       prefix=work.prefix.subset(np.arange(work.n) < args.reference_requests))
+    part = work.subset(np.arange(work.n) < args.reference_requests)
     cfg, coeffs = scenario.settings, scenario.coefficients.as_tuple()
     started = time.perf_counter()
     ref = run_reference(part.arrival_s, part.input_tokens, part.output_tokens, cfg, coeffs,

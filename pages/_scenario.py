@@ -157,7 +157,8 @@ def scenario() -> Scenario:
         override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **SHARED,
                                      placeholder="computed")
         version = st.selectbox("vLLM version (memory profiling)", list(VLLM_VERSIONS),
-                               list(VLLM_VERSIONS).index("current"), key="vllm_version", **SHARED, format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
+                               list(VLLM_VERSIONS).index("current"), key="vllm_version", **SHARED,
+                               format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
                                help="Releases profile activation and non-torch memory differently; vLLM ≥ 0.20 "
                                     "subtracts estimated CUDA-graph memory before sizing the KV cache, earlier "
                                     "versions captured graphs outside it")

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from planner.capacity.memory import KV_DTYPE_BYTES, Overheads, default_batched_tokens, default_max_num_seqs, plan_memory
+from planner.capacity.memory import (KV_DTYPE_BYTES, Overheads, default_batched_tokens, default_max_num_seqs,
+                                     plan_memory, profiling_rules)
 from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import WEIGHT_BYTES, ModelSpec
 from planner.errors import PlannerError
@@ -309,6 +310,7 @@ def _choice(name: str, value, options) -> None:
 
 
 def _check_overheads(overheads: Overheads) -> None:
+    profiling_rules(overheads.vllm_version)       # a release the rules know
     for name in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes", "weights_bytes"):
         value = getattr(overheads, name)
         if value is not None and (not math.isfinite(value) or value < 0):

@@ -216,7 +216,7 @@ def test_each_vllm_versions_profiling_rules_term_by_term():
     assert Scenario(llama, h100, overheads=Overheads(vllm_version="0.19", cudagraph_counted=True)).memory \
         .kv_pool_bytes == now.kv_pool_bytes
     with pytest.raises(PlannerError, match="--vllm-version '0.3'"):
-        Scenario(llama, h100, overheads=Overheads(vllm_version="0.3")).memory
+        Scenario(llama, h100, overheads=Overheads(vllm_version="0.3"))       # refused when the scenario is built
 
 
 def test_version_rules_reproduce_startup_logs_they_were_not_fitted_to():

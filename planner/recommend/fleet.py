@@ -233,10 +233,8 @@ def _schedule(search: FleetSearch, workload: SimWorkload, headroom: float, qps_p
         row = {"window": w, "start_s": w * width, "end_s": (w + 1) * width, "requests": int(mask.sum()),
                "rate_rps": rate, "replicas": 1}      # an idle window keeps one replica up
         if mask.any():
-            part = SimWorkload(workload.arrival_s[mask] / headroom, workload.input_tokens[mask],
-                               workload.output_tokens[mask], f"window {w}",
-                               None if workload.group is None else workload.group[mask],
-                               None if workload.prefix is None else workload.prefix.subset(mask))
+            window = workload.subset(mask)
+            part = replace(window, arrival_s=window.arrival_s / headroom, source=f"window {w}")
             guess = max(1, math.ceil(rate / qps_per_replica)) if qps_per_replica > 0 else 1
             row["replicas"] = search.smallest(("window", w), part, guess)
         rows.append(row)

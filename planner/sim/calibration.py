@@ -150,10 +150,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         raise PlannerError(f"the trace has {n:,} requests with latencies: a held-out split needs at least 10 on "
                            "each side")
     head = np.arange(n) < fitted_n
-    part = replace(workload, arrival_s=workload.arrival_s[head], input_tokens=workload.input_tokens[head],
-                   output_tokens=workload.output_tokens[head],
-                   group=workload.group[head] if workload.group is not None else None,
-                   prefix=workload.prefix.subset(head) if workload.prefix is not None else None)
+    part = workload.subset(head)
     report = fit_trace(scenario, part, ttft_s[head], tpot_s[head])
     params = CostParams(**{**report["params"], "source": "calibrated"})
     result = simulate(workload, scenario.replace(cost=params))

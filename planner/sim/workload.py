@@ -30,6 +30,14 @@ class SimWorkload:
     def n(self) -> int:
         return int(self.arrival_s.size)
 
+    def subset(self, keep: np.ndarray) -> SimWorkload:
+        """The requests ``keep`` selects (a boolean mask), at their own times, with their groups and the identity
+        among them (:meth:`planner.sim.prefix.PrefixIdentity.subset`)."""
+        return replace(self, arrival_s=self.arrival_s[keep], input_tokens=self.input_tokens[keep],
+                       output_tokens=self.output_tokens[keep],
+                       group=None if self.group is None else self.group[keep],
+                       prefix=None if self.prefix is None else self.prefix.subset(keep))
+
     def truncated(self, max_new_tokens: int | None) -> SimWorkload:
         """Outputs cut at ``max_new_tokens`` (the engine stops generating there)."""
         if not max_new_tokens:
