@@ -51,7 +51,8 @@ def decode_run(running, ns, horizon, t, steps, free, log_every, prompt, output, 
             last = output[r] - generated[r] - 1         # the step that computes its last token finishes it
         c0[i] = c
         event[i] = next_block_event(c, 0, blocks[r], published[r], caching, block_size)
-        seg[i] = run_off[r]
+        if caching:                                     # without the cache there are no runs to read
+            seg[i] = run_off[r]
         context0 += c
     off = k * n_keys
     s, dt, bound, owed = 0, 0.0, 0, 0
