@@ -1,6 +1,8 @@
 """Recommendation speed: the three default SLO classes, fleet sizing and its bootstrap confidence included, on the
-bundled sample and on a 20,000-request synthetic trace; each on two worker threads and, as the baseline measured in
-the same run, on one (goal ≤ 30 s for the sample on the 2-core project machine). Usage: python bench/recommend.py
+bundled sample and on a 20,000-request synthetic trace; each on two local worker processes and, as the baseline
+measured in the same run, on one (in this process), and with ``--ray`` also on a local Ray runtime (goal ≤ 30 s for
+the sample on the 2-core project machine; the same answers on every executor). Usage:
+python bench/recommend.py [--requests 20000] [--ray]
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import planner.recommend.parallel as parallel  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
+from planner.executors import get_executor  # noqa: E402
 from planner.recommend.plan import RecommendOptions, plan_recommendation  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.workload import SimWorkload, synthetic  # noqa: E402
@@ -37,28 +39,37 @@ def sample() -> SimWorkload:
     return work
 
 
-def timed(work: SimWorkload, workers: int) -> tuple[float, object]:
-    parallel.WORKERS = workers
+def timed(work: SimWorkload, executor) -> tuple[float, object]:
     scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
     started = time.perf_counter()
-    rec = plan_recommendation(work, scenario, RecommendOptions())
+    rec = plan_recommendation(work, scenario, RecommendOptions(), executor=executor)
     return time.perf_counter() - started, rec
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--ray", action="store_true", help="also time a local Ray runtime")
     args = parser.parse_args()
+    executors = {"2 workers": get_executor(2), "1": get_executor(1)}
+    if args.ray:
+        executors["ray local"] = get_executor(ray="local")
     # Azure-conversation-like lengths, bursty arrivals (gamma CV 2) at 3 req/s: ~1.9 hours of traffic
     synthetic_work = synthetic(f"requests={args.requests},input=lognormal:6.633:0.985,output=lognormal:5.019:0.859,"
                                "qps=3,arrival=gamma:2,seed=11")
-    timed(synthetic("requests=200,input=100,output=10,qps=5"), 2)       # load the compiled loops before timing
+    for executor in executors.values():       # start the workers and load the compiled loops before timing
+        timed(synthetic("requests=200,input=100,output=10,qps=5"), executor)
     for work in (sample(), synthetic_work):
-        two, rec = timed(work, 2)
-        one, again = timed(work, 1)
-        assert [c.to_dict() for c in rec.classes] == [c.to_dict() for c in again.classes], "workers changed answers"
-        print(f"{work.source}: {work.n:,} requests, 3 classes with fleet sizing: {two:.1f} s on 2 workers, "
-              f"{one:.1f} s on 1 ({one / two:.2f}x), {rec.simulations} simulations (identical answers)")
+        seconds, recs = {}, {}
+        for name, executor in executors.items():
+            seconds[name], recs[name] = timed(work, executor)
+        rec = recs["2 workers"]
+        for name, other in recs.items():
+            assert [c.to_dict() for c in rec.classes] == [c.to_dict() for c in other.classes], f"{name} changed answers"
+        ray = f", {seconds['ray local']:.1f} s on a local Ray runtime" if "ray local" in seconds else ""
+        print(f"{work.source}: {work.n:,} requests, 3 classes with fleet sizing: {seconds['2 workers']:.1f} s on 2 "
+              f"workers, {seconds['1']:.1f} s on 1 ({seconds['1'] / seconds['2 workers']:.2f}x){ray}, "
+              f"{rec.simulations} simulations (identical answers)")
         for r in rec.classes:
             predicted, f = r.predicted or {}, r.fleet
             print(f"  {r.name:10s} feasible {r.feasible!s:5s} {r.config['max_num_seqs']}/"

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from planner.cli.output import progress_printer
-from planner.cli.sim import add_recommend_flags, recommend_inputs
+from planner.cli.sim import add_recommend_flags, executor_from_args, recommend_inputs
 from planner.errors import PlannerError
 from planner.traces import store
 
@@ -53,7 +53,8 @@ def cmd_report(args) -> None:
     targets = _targets(args)
     scenario, options = recommend_inputs(args)
     con = store.open_store(args.db)
-    report = build_report(con, args.trace, scenario, options, progress_printer(not args.quiet))
+    report = build_report(con, args.trace, scenario, options, progress_printer(not args.quiet),
+                          executor=executor_from_args(args))
     texts = twins(report)
     for path, fmt in targets:      # every file is written before the report is saved: never one without the other
         write_atomically(path, texts[fmt])

@@ -129,11 +129,19 @@ def recommend_inputs(args):
     return scenario_from_args(args), options
 
 
+def executor_from_args(args):
+    """The executor ``--workers`` / ``--ray`` ask for (:func:`planner.executors.get_executor`)."""
+    from planner.executors import get_executor
+
+    return get_executor(args.workers, args.ray)
+
+
 def cmd_recommend(args) -> None:
     from planner.recommend.plan import plan_recommendation
     from planner.workload.replay import from_trace
 
     scenario, options = recommend_inputs(args)
+    executor = executor_from_args(args)
     if args.gpu_options:
         from planner.recommend.costs import parse_gpu_options
 
@@ -143,11 +151,11 @@ def cmd_recommend(args) -> None:
     if args.gpu_options:
         from planner.recommend.costs import compare_gpus
 
-        comparison = compare_gpus(workload, scenario, options, args.gpu_options, progress)
+        comparison = compare_gpus(workload, scenario, options, args.gpu_options, progress, executor)
         rec = comparison.recommendation
     else:
         comparison = None
-        rec = plan_recommendation(workload, scenario, options, progress)
+        rec = plan_recommendation(workload, scenario, options, progress, executor)
     lines = [f"{r.name:12s} {'ok ' if r.feasible else 'NO '} qps/replica {r.max_qps_per_replica:.2f} "
              f"({r.verdict}, queue p99 {r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}"
              + (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
@@ -192,6 +200,10 @@ def add_recommend_flags(p) -> None:
     add_shared_prefix_flag(p)
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
+    p.add_argument("--workers", type=int, help="local worker processes the search's simulations run on "
+                   "(default: one per core; 1: in this process)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the simulations on a Ray cluster at ADDRESS instead "
+                   "('local' starts a local Ray runtime); the answer is the same")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 

@@ -101,8 +101,9 @@ def rec_price(rec: Recommendation, row, replicas: int | None) -> float | None:
 
 
 def compare_gpus(workload: SimWorkload, scenario: Scenario, options: RecommendOptions, gpus: list[str] | str,
-                 progress: Callable[[float, str], None] | None = None) -> GpuComparison:
-    """Recommend on each GPU type (the scenario's own first) and compare the classes' fleets by cost."""
+                 progress: Callable[[float, str], None] | None = None, executor=None) -> GpuComparison:
+    """Recommend on each GPU type (the scenario's own first) and compare the classes' fleets by cost (every
+    simulation on ``executor``, :func:`planner.recommend.plan.plan_recommendation`)."""
     parsed = parse_gpu_options(gpus) if isinstance(gpus, str) else [(g, None) for g in gpus]
     names = [(scenario.gpu.name, None)] + [(g, p) for g, p in parsed if g != scenario.gpu.name]
     prices = dict(parsed)
@@ -116,7 +117,7 @@ def compare_gpus(workload: SimWorkload, scenario: Scenario, options: RecommendOp
             if progress:
                 progress((i + f) / len(names), f"{name}: {msg}")
         try:
-            by_gpu[name] = plan_recommendation(workload, scenario.replace(gpu=gpu), options, step)
+            by_gpu[name] = plan_recommendation(workload, scenario.replace(gpu=gpu), options, step, executor)
         except PlannerError as exc:      # the model does not fit this GPU at the TP degrees compared
             skipped[name] = str(exc)
     if scenario.gpu.name not in by_gpu:

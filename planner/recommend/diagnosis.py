@@ -153,7 +153,8 @@ def cache_gain(search: Search, row: ClassRecommendation, slo: SLOClass) -> dict 
     seqs, budget = row.config["max_num_seqs"], row.config["max_num_batched_tokens"]
     chunked = row.config["enable_chunked_prefill"]
     at = search.run(seqs, budget, row.scale, chunked)
-    off = Search(search.workload, scenario.replace(prefix_caching=False), max_queue_s=search.max_queue_s)
+    off = Search(search.workload, scenario.replace(prefix_caching=False), max_queue_s=search.max_queue_s,
+                 executor=search.executor)
     scale, _ = off.max_scale(seqs, budget, chunked, slo, off.capacity_scale(seqs, budget, chunked))
     search.count(off.simulations)
     without = scale * search.base_rate

@@ -13,12 +13,13 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from planner.executors import Executor, get_executor
 from planner.recommend.parallel import Memo, parallel_map
 from planner.recommend.slo import SLOClass, holds, meets
 from planner.scenario import Scenario
 from planner.sim.fleet import MAX_REPLICAS, Fleet
 from planner.sim.results import SimResult
-from planner.sim.run import simulate
+from planner.sim.run import simulate_on
 from planner.sim.workload import SimWorkload
 from planner.workload.rates import arrival_rate_rps
 
@@ -115,16 +116,18 @@ def block_seconds(work: SimWorkload) -> float:
 class FleetSearch:
     """Fleet replays of one configuration for one class, cached per (workload key, replicas)."""
 
-    def __init__(self, scenario: Scenario, slo: SLOClass, router: str, max_queue_s: float, counter=None):
+    def __init__(self, scenario: Scenario, slo: SLOClass, router: str, max_queue_s: float, counter=None,
+                 executor: Executor | None = None):
         self.scenario, self.slo, self.router, self.max_queue_s = scenario, slo, router, max_queue_s
         self.cache = Memo()
         self.counter = counter
+        self.executor = executor or get_executor()
 
     def point(self, key, work: SimWorkload, replicas: int) -> FleetPoint:
         def compute() -> FleetPoint:
             # a replica count far below the need is known to fail once any request waits 20× the bound
-            result = simulate(work, self.scenario, fleet=Fleet(replicas, self.router),
-                              abort_wait_s=self.max_queue_s * 20)
+            result = simulate_on(self.executor, work, self.scenario, fleet=Fleet(replicas, self.router),
+                                 abort_wait_s=self.max_queue_s * 20)
             if self.counter is not None:
                 self.counter()
             return _point(result, replicas, self.slo, self.max_queue_s)
@@ -172,12 +175,13 @@ def _point(result: SimResult, replicas: int, slo: SLOClass, max_queue_s: float) 
 
 def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per_replica: float, *,
                router: str, headroom: float = 1.0, max_queue_s: float, resamples: int = RESAMPLES,
-               growth: float = GROWTH, counter=None) -> FleetSizing:
+               growth: float = GROWTH, counter=None, executor: Executor | None = None) -> FleetSizing:
     """Size the fleet of ``scenario`` (one class's recommended configuration) for ``workload`` at its own rate ×
     ``headroom``: the point estimate with N − 1 failing (and N + 1 for the curve), the count that holds in
     :data:`CONFIDENCE` of ``resamples`` block-bootstrap resamples, the count at rate × ``growth`` and per window.
+    Every fleet replay runs on ``executor`` (default: the local one), the resamples side by side.
     """
-    search = FleetSearch(scenario, slo, router, max_queue_s, counter)
+    search = FleetSearch(scenario, slo, router, max_queue_s, counter, executor)
     work = replace(workload, arrival_s=workload.arrival_s / headroom)
     rate = arrival_rate_rps(work.arrival_s) or 0.0
     guess = max(1, math.ceil(rate / qps_per_replica)) if qps_per_replica > 0 else 1
@@ -190,7 +194,8 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
             search.point("trace", work, n)
     block = block_seconds(work)
     samples = [block_bootstrap(work, seed, block) for seed in range(resamples)]
-    needs = parallel_map(lambda i, _: search.smallest(("boot", i), samples[i], point), range(resamples))
+    needs = parallel_map(lambda i, _: search.smallest(("boot", i), samples[i], point), range(resamples),
+                         workers=search.executor.workers)
     held = float(np.mean([search.point(("boot", i), samples[i], point).holds for i in range(resamples)])) \
         if resamples else None
     confident = _quantile_count(needs, CONFIDENCE) if resamples else None

@@ -1,6 +1,7 @@
-"""Independent replays of a search on both cores: threads (the compiled loops release the GIL and share the
-search's arrays), a compute-once cache so a replay two threads ask for runs once, and progress relayed from the
-calling thread (Streamlit draws only from its script thread)."""
+"""A search's independent lines of work side by side: threads that each drive their own replays on the search's
+executor (:mod:`planner.executors`), as many threads as it has workers, a compute-once cache so a replay two
+threads ask for runs once, and progress relayed from the calling thread (Streamlit draws only from its script
+thread)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.executors import Executor, get_executor
 from planner.recommend.fleet import GROWTH, RESAMPLES, size_fleet
 from planner.recommend.search import ClassRecommendation, Search, recommend
 from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, parse_slo
@@ -139,9 +140,12 @@ def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:
 
 
 def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: RecommendOptions,
-                        progress: Callable[[float, str], None] | None = None) -> Recommendation:
+                        progress: Callable[[float, str], None] | None = None,
+                        executor: Executor | None = None) -> Recommendation:
     """Recommend settings per SLO class for ``workload`` in ``scenario`` (its TP degree, cap and preemption mode
-    unless ``options`` compares others; the scheduler limits are what the search chooses).
+    unless ``options`` compares others; the scheduler limits are what the search chooses). Every simulation runs
+    on ``executor`` (default: the local pool, :func:`planner.executors.get_executor`); the answer is the same
+    whichever runs them.
 
     Returns
     -------
@@ -154,6 +158,7 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     router = options.router or default_router(engine.name)
     check_router(engine.name, router)
     options = replace(options, router=router)
+    executor = executor or get_executor()
     rate = arrival_rate_rps(workload.arrival_s)
     if rate is None:
         raise PlannerError("the trace needs at least two distinct arrival times to be replayed at a rate")
@@ -167,7 +172,7 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
         step = _scaled(progress, i, len(combos) + len(classes), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
         try:
             search = Search(workload, scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap), progress=step,
-                            max_queue_s=options.max_queue_s)
+                            max_queue_s=options.max_queue_s, executor=executor)
         except PlannerError as exc:      # a TP degree vLLM refuses, or without room for the KV cache: compared away
             skipped.append(f"TP {tp}: {exc}")
             continue
@@ -218,7 +223,7 @@ def _with_fleet(row: ClassRecommendation, search: Search, slo: SLOClass, options
     scenario = search.config(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"])
     fleet = size_fleet(search.workload, scenario, slo, row.max_qps_per_replica, router=options.router,
                        headroom=options.headroom, max_queue_s=options.max_queue_s, resamples=options.resamples,
-                       growth=options.growth, counter=search.count)
+                       growth=options.growth, counter=search.count, executor=search.executor)
     if progress:
         progress(1.0, f"{fleet.replicas} replicas")
     replicas = fleet.replicas

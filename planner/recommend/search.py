@@ -18,13 +18,14 @@ from typing import Callable
 
 import numpy as np
 
+from planner.executors import Executor, get_executor
 from planner.recommend.fleet import FleetSizing
 from planner.recommend.parallel import Memo, parallel_map
 from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, meets, slo_load
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
 from planner.sim.results import SimResult
-from planner.sim.run import simulate
+from planner.sim.run import simulate_on
 from planner.sim.workload import SimWorkload
 from planner.workload.rates import arrival_rate_rps
 
@@ -43,9 +44,12 @@ class Search:
     progress: Callable[[float, str], None] | None = None
     simulations: int = 0
     max_queue_s: float = MAX_QUEUE_S
+    executor: Executor | None = None     # where replays run (None: the local default, one process per core)
 
     def __post_init__(self):
         self.scenario.settings       # raises at once when the scenario leaves no memory for the KV cache
+        if self.executor is None:
+            self.executor = get_executor()
         self.cache = Memo()           # (configuration, scale) -> SimResult; threads of one search share it
         self.capacities = Memo()
         self._count = threading.Lock()
@@ -65,9 +69,10 @@ class Search:
         return self.cache.get((seqs, budget, chunked, float(f"{scale:.9g}")), compute)
 
     def replay(self, work: SimWorkload, scenario: Scenario, abort_wait_s: float = math.inf) -> SimResult:
-        """One simulation of a variation of this search's scenario, counted (from any thread)."""
+        """One simulation of a variation of this search's scenario on the search's executor, counted (from any
+        thread)."""
         self.count()
-        return simulate(work, scenario, abort_wait_s=abort_wait_s)
+        return simulate_on(self.executor, work, scenario, abort_wait_s=abort_wait_s)
 
     def count(self, simulations: int = 1) -> None:
         """Count simulations made for this search (thread-safe)."""
@@ -179,8 +184,9 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
     else:
         configs = whole_prompts
     progress = search.progress
+    workers = search.executor.workers
     caps = dict(zip(configs, parallel_map(lambda c, report: search.capacity_scale(*c), configs,
-                                          _span(progress, 0.0, 0.2, "capacity bounds")), strict=True))
+                                          _span(progress, 0.0, 0.2, "capacity bounds"), workers), strict=True))
     by_capacity = sorted(configs, key=lambda c: -caps[c])
 
     def one_class(slo: SLOClass, report) -> ClassRecommendation:
@@ -198,8 +204,8 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
                 _evaluate(search, slo, grid, s2, b2, c2)
         return _class_report(search, slo, grid)
 
-    # the classes search on both cores; they share replays through the search's compute-once cache
-    return parallel_map(one_class, classes, _span(progress, 0.2, 1.0, ""))
+    # the classes search side by side, each replay on the executor; they share replays through the cache
+    return parallel_map(one_class, classes, _span(progress, 0.2, 1.0, ""), workers)
 
 
 def _span(progress, lo: float, hi: float, prefix: str):

@@ -87,7 +87,7 @@ class Report:
 
 def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOptions,
                  progress: Callable[[float, str], None] | None = None,
-                 recommendation: Recommendation | None = None) -> Report:
+                 recommendation: Recommendation | None = None, executor=None) -> Report:
     """Every section of a capacity report for ``trace_ref`` in ``scenario``.
 
     Parameters
@@ -96,7 +96,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
         The recommendation search; ``details`` is forced on.
     recommendation : Recommendation, optional
         A :func:`planner.recommend.plan.plan_recommendation` result with details for the same inputs (the page
-        passes its cached one); computed when missing.
+        passes its cached one); computed when missing, its simulations on ``executor`` (default: the local one).
     """
     report = progress or (lambda f, m: None)
     info = store.get_trace(con, trace_ref)
@@ -145,7 +145,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
                 recommendation = plan_recommendation(
                     from_trace(con, info.trace_id, shared_prefix=options.shared_prefix), scenario,
                     replace(options, details=True),
-                    lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"))
+                    lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"), executor)
             except PlannerError as exc:     # e.g. every request at one instant: no rate to scale
                 error = str(exc)
         for row in recommendation.classes if recommendation else ():

@@ -37,9 +37,8 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
     settings = scenario.settings
     if abort_wait_s != settings.abort_wait_s:
         settings = replace(settings, abort_wait_s=abort_wait_s)
-    work = workload.truncated(settings.max_new_tokens)
-    prompt = work.input_tokens.astype(np.int64)
-    output = np.minimum(work.output_tokens, np.maximum(settings.max_model_len - prompt, 1)).astype(np.int64)
+    final = engine_workload(workload, settings)
+    work, prompt, output = final, final.input_tokens, final.output_tokens
     too_long = prompt >= settings.max_model_len
     coeffs = scenario.coefficients.as_tuple()
     if progress:
@@ -68,7 +67,6 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
         return out
     rejected = full(raw.rejected, True)
     rejected[too_long] = True
-    final = SimWorkload(work.arrival_s, prompt, output, work.source, work.group, work.prefix)
     cached = eng.caches_prefixes(settings)      # its loop then counts hits
     # what the client sees: the engine's times plus the frontend's (vLLM V1's API server, a process of its own)
     client_s = scenario.cost.frontend_s if eng.v1_runtime else 0.0
@@ -82,6 +80,26 @@ def default_router(engine: str) -> str:
     """The router a fleet of ``engine`` gets unless one is chosen: least-loaded, or round-robin for an engine
     whose loop runs one replica."""
     return DEFAULT_ROUTER if get_engine(engine).fleet_loop else "round-robin"
+
+
+def engine_workload(workload: SimWorkload, settings) -> SimWorkload:
+    """The workload as the engine takes it (a result's ``workload``): whole-token lengths, outputs cut at
+    ``max_new_tokens`` and at ``max_model_len − prompt``."""
+    work = workload.truncated(settings.max_new_tokens)
+    prompt = work.input_tokens.astype(np.int64)
+    output = np.minimum(work.output_tokens, np.maximum(settings.max_model_len - prompt, 1)).astype(np.int64)
+    return SimWorkload(work.arrival_s, prompt, output, work.source, work.group, work.prefix)
+
+
+def _simulate_detached(workload: SimWorkload, scenario: Scenario, **kwargs) -> SimResult:
+    # the caller holds the workload: a result travels back without it (a third of its bytes)
+    return replace(simulate(workload, scenario, **kwargs), workload=None)
+
+
+def simulate_on(executor, workload: SimWorkload, scenario: Scenario, **kwargs) -> SimResult:
+    """:func:`simulate` run on an executor (:mod:`planner.executors`), the same result as run here."""
+    result = executor.submit(_simulate_detached, workload, scenario, **kwargs).result()
+    return replace(result, workload=engine_workload(workload, scenario.settings))
 
 
 def check_router(engine: str, router: str) -> None:
