@@ -12,8 +12,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY requirements.txt .
-# the service needs no test tools: drop them from the same pinned list
-RUN grep -viE '^(pytest|hypothesis|pytest-playwright|playwright)\b' requirements.txt > /tmp/runtime.txt \
+# the service needs no test tools, nor Spark (summaries are made where the logs are): drop them from the same list
+RUN grep -viE '^(pytest|hypothesis|pytest-playwright|playwright|pyspark)\b' requirements.txt > /tmp/runtime.txt \
     && pip install -r /tmp/runtime.txt \
     && useradd --system --uid 10001 --user-group --home-dir /app --shell /usr/sbin/nologin planner \
     && mkdir -p /data && chown planner:planner /data

@@ -26,6 +26,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py
+	$(PY) bench/ingest_many.py
 	$(PY) bench/fit.py
 	$(PY) bench/memory_vs_vllm.py
 	$(PY) bench/simulate.py
@@ -33,7 +34,7 @@ bench: $(STAMP)
 	$(PY) bench/fidelity.py
 	$(PY) bench/calibrate_points.py
 	@if [ -n "$$INFSIM_TRAINING" ]; then $(PY) bench/fidelity_v1.py; else echo "bench/fidelity_v1.py skipped: set INFSIM_TRAINING to a clone of https://github.com/inference-sim/training (its data is not bundled)"; fi
-	$(PY) bench/recommend.py
+	$(PY) bench/recommend.py --ray
 
 sample: $(STAMP)
 	$(PY) traces/generate_sample.py

@@ -12,6 +12,7 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 from pages._shared import connection, rejects_csv, require_frame, workspace_owner
 from planner.errors import PlannerError
 from planner.traces import store
+from planner.traces.files import SERVER_PATHS_ENV, resolve_server_files, server_roots
 from planner.traces.ingest import ingest_file
 from planner.traces.layouts import FIELDS_HELP
 from planner.traces.preview import inspect_file
@@ -95,33 +96,70 @@ def upload_section(uploaded) -> None:
         units.update({f: latency_unit for f in ("ttft_ms", "tpot_ms", "e2e_ms") if f in mapped})
 
     if st.button("Ingest", type="primary", key="traces_ingest"):
-        ctx = get_script_run_ctx()
-        with st.status("Ingesting…", expanded=True) as status:
-            bar = st.progress(0.0, text="starting")
+        ingest_with_progress(path, name=name or None, fmt=fmt, overrides=overrides, unit_overrides=units,
+                             dialect=dialect, source_file=uploaded.name)
 
-            def show(fraction: float, message: str) -> None:
-                if get_script_run_ctx() is None:  # DuckDB progress arrives on a worker thread
-                    add_script_run_ctx(threading.current_thread(), ctx)
-                bar.progress(min(fraction, 1.0), text=message)
 
-            try:
-                result = ingest_file(connection(), path, name=name or None, fmt=fmt, overrides=overrides,
-                                     unit_overrides=units, dialect=dialect, source_file=uploaded.name,
-                                     on_progress=show, owner=owner)
-            except PlannerError as exc:
-                status.update(label="Ingest failed: nothing was stored", state="error")
-                st.error(str(exc))
-                return
-            label = (f"Already stored as {result.name}" if result.duplicate_of
-                     else f"Stored {result.rows:,} rows as {result.name}")
-            status.update(label=label, state="complete")
-        st.session_state["traces_last"] = result.trace_id
-        st.session_state["pending_trace"] = result.name  # the sidebar picker switches on the next run
-        st.rerun()
+def ingest_with_progress(path, **options) -> None:
+    """Ingest with a progress bar in a status box; on success select the new trace, on failure say why."""
+    ctx = get_script_run_ctx()
+    with st.status("Ingesting…", expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+
+        def show(fraction: float, message: str) -> None:
+            if get_script_run_ctx() is None:  # DuckDB progress arrives on a worker thread
+                add_script_run_ctx(threading.current_thread(), ctx)
+            bar.progress(min(fraction, 1.0), text=message)
+
+        try:
+            result = ingest_file(connection(), path, on_progress=show, owner=owner, **options)
+        except PlannerError as exc:
+            status.update(label="Ingest failed: nothing was stored", state="error")
+            st.error(str(exc))
+            return
+        label = (f"Already stored as {result.name}" if result.duplicate_of
+                 else f"Stored {result.rows:,} rows as {result.name}"
+                 + (f" from {result.files:,} files" if result.files > 1 else ""))
+        status.update(label=label, state="complete")
+    st.session_state["traces_last"] = result.trace_id
+    st.session_state["pending_trace"] = result.name  # the sidebar picker switches on the next run
+    st.rerun()
+
+
+def server_section(roots) -> None:
+    """A file, folder or glob on the server (for files too large to upload), when the deployment allows it."""
+    if not roots:
+        st.info(f"Reading trace files on the server is off in this deployment: an operator turns it on with "
+                f"`{SERVER_PATHS_ENV}` (the folders traces may be read from). Without it, ingest large files with "
+                "`python -m planner ingest PATH` on the server.")
+        return
+    st.caption("For files too large to upload: an absolute path, a folder or a glob under "
+               + ", ".join(f"`{r}`" for r in roots) + ". Several files of one layout become one trace.")
+    spec = st.text_input("Path, folder or glob", key="traces_server_path", placeholder=f"{roots[0]}/logs/*.parquet")
+    if not spec:
+        return
+    try:
+        fileset = resolve_server_files(spec, roots)
+        seen = inspect_file(connection(), fileset.paths[0], "auto", None)
+    except PlannerError as exc:
+        st.error(str(exc))
+        return
+    st.caption(f"{len(fileset.paths):,} file{'s' if len(fileset.paths) > 1 else ''}, "
+               f"{fileset.total_bytes / 1e6:,.1f} MB; format **{seen.source.format}**"
+               + (f", layout **{seen.mapping.layout}**, mapping {seen.mapping.columns}" if seen.mapping else ""))
+    st.dataframe(seen.preview, hide_index=True, key="traces_server_preview", height=200)
+    if seen.mapping_error:
+        st.warning(seen.mapping_error)
+        return
+    name = st.text_input("Trace name", key="traces_server_name", placeholder="the file's or the folder's name")
+    if st.button("Ingest from the server", type="primary", key="traces_server_ingest"):
+        ingest_with_progress(spec, name=name or None)
 
 
 if uploaded is not None:
     upload_section(uploaded)
+with st.expander("Or read a file, folder or glob on the server", expanded=uploaded is None and bool(server_roots())):
+    server_section(server_roots())
 
 last = st.session_state.get("traces_last")
 if last and last not in {t.trace_id for t in store.list_traces(connection(), owner)}:

@@ -294,3 +294,33 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     # a replay sped up is not the trace's own load: nothing to compare with
     at.number_input(key="scale").set_value(2.0).run()
     assert not any("measured_ms" in d.value.columns for d in at.dataframe)
+
+
+def test_traces_page_reads_a_glob_on_the_server_only_where_the_deployment_allows(tmp_path, monkeypatch):
+    import duckdb
+
+    root = tmp_path / "shared-traces"
+    (root / "day").mkdir(parents=True)
+    for i, n in enumerate((3, 4)):
+        duckdb.connect().execute(f"COPY (SELECT range * 1.0 AS timestamp, 100 AS input_tokens, 5 AS output_tokens "
+                                 f"FROM range({n})) TO '{root / 'day' / f'part-{i}.parquet'}'")
+    outside = tmp_path / "private.csv"
+    outside.write_text("input_tokens,output_tokens\n1,1\n")
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/traces.py").run()
+    assert not at.exception
+    assert not [t for t in at.text_input if t.key == "traces_server_path"]      # off by default
+    assert any("PLANNER_SERVER_PATHS" in i.value for i in at.info)
+
+    monkeypatch.setenv("PLANNER_SERVER_PATHS", str(root))
+    at.run()
+    at.text_input(key="traces_server_path").set_value(str(outside)).run()
+    assert any("outside the folders" in e.value for e in at.error)
+    at.text_input(key="traces_server_path").set_value(str(root / "day" / "part-*.parquet")).run()
+    assert not at.exception and any("2 files" in c.value for c in at.caption)
+    at.button(key="traces_server_ingest").click().run()
+    assert not at.exception
+    assert metrics(at)["Stored"] == "7"
+    assert "shared-traces" not in list(table_with(at, "created")["name"]) and \
+        "day" in list(table_with(at, "created")["name"])

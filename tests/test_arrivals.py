@@ -101,3 +101,36 @@ def test_peak_summary_worked_example():
     starts, rates = rate_series(t, 60.0)
     assert list(rates) == [1.0] * 10 + [31.0]
     assert summary["peak_rate_rps"] == pytest.approx(np.percentile(rates, 99))
+
+
+@pytest.mark.parametrize("n, resolution", [(3_000, 0.001), (150_000, 1e-6)])
+def test_duckdbs_gap_summary_of_a_stored_trace_is_the_arrays(con, tmp_path, n, resolution):
+    """The inter-arrival fit of a stored trace reads a gap summary DuckDB computes out of core; on a trace whose
+    gaps all fit in memory it is the array's summary (the sample of gaps aside, past MAX_DISTINCT), and its
+    Poisson test is the array's."""
+    from planner.traces import store
+    from planner.traces.ingest import ingest_file
+    from planner.traces.queries import arrival_times, gap_summary_of_trace, poisson_test_of_trace
+    from planner.workload.fitting.arrivals import gap_summary
+    from planner.workload.fitting.lengths import MAX_DISTINCT, exact_quantile
+
+    rng = np.random.default_rng(5)
+    t = np.round(np.cumsum(rng.gamma(0.5, 0.02, n)), int(round(-np.log10(resolution))))
+    path = tmp_path / "t.csv"
+    path.write_text("arrival,input_tokens,output_tokens\n" + "".join(f"{float(x)!r},10,5\n" for x in t))
+    info = store.get_trace(con, ingest_file(con, path).trace_id)
+    arrays = gap_summary(arrival_times(con, info.trace_id), info.timestamp_resolution_s)
+    sql = gap_summary_of_trace(con, info.trace_id, info.timestamp_resolution_s)
+    for name in ("arrivals", "span_s", "mean_s", "sd_s", "tie_fraction", "positive_p5_s", "positive_median_s"):
+        assert getattr(sql, name) == pytest.approx(getattr(arrays, name), rel=1e-9, abs=1e-12), name
+    assert sql.quantiles == pytest.approx(arrays.quantiles, rel=1e-9)
+    assert sql.w.sum() == pytest.approx(n - 1)
+    # every gap, counted on the clock's grid: the array's gaps, which floating point splits around each tick
+    assert sql.x.size <= MAX_DISTINCT and np.allclose(np.diff(sql.x) / resolution, np.rint(np.diff(sql.x) / resolution))
+    for q in (0.05, 0.5, 0.9, 0.999):
+        assert exact_quantile(sql.x, sql.w, q) == pytest.approx(np.quantile(np.diff(t), q), rel=1e-6)
+    for min_bin in (0.0, 0.5):
+        ours, theirs = poisson_test_of_trace(con, info.trace_id, sql.arrivals, sql.span_s, min_bin), \
+            poisson_test(t, min_bin)
+        assert (ours.bins, ours.consistent) == (theirs.bins, theirs.consistent)
+        assert ours.vmr == pytest.approx(theirs.vmr, rel=1e-9) and ours.bin_s == pytest.approx(theirs.bin_s)

@@ -154,6 +154,7 @@ def test_dockerfile_runs_unprivileged_healthy_and_on_a_volume():
     assert "/_stcore/health" in health and "b'ok'" in health
     env = dict(directives)["ENV"]
     assert "PLANNER_DB=/data/planner.duckdb" in env
+    assert "PLANNER_SERVER_PATHS" not in text       # reading server files stays off unless an operator turns it on
     assert json_list(dict(directives)["VOLUME"]) == ["/data"] and dict(directives)["EXPOSE"] == "8501"
     entry = json_list(dict(directives)["ENTRYPOINT"])
     assert entry[:5] == ["python", "-m", "streamlit", "run", "app.py"] and "--server.port=8501" in entry

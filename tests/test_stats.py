@@ -75,3 +75,29 @@ def test_trace_without_times_has_no_arrivals(con, tmp_path):
     r = ingest_file(con, write(tmp_path / "l.csv", "input_tokens,output_tokens\n1,2\n3,4\n"))
     s = trace_stats(con, r.trace_id)
     assert s["arrivals"] is None and s["input_tokens"]["p50"] == 2.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.one_of(st.integers(0, 30), st.floats(-1e6, 1e6, allow_nan=False)), min_size=1,
+                       max_size=60),
+       groups=st.integers(1, 3), repeat=st.integers(1, 4))
+def test_percentiles_from_counts_equal_numpys_of_every_value(values, groups, repeat):
+    """percentile_blocks never holds every value: it counts each distinct one and walks a running sum. Its blocks
+    are numpy's for each group, ties and a single value included, whether the rows are values or (value, count)
+    pairs."""
+    import duckdb
+
+    from planner.workload.stats import percentile_blocks
+
+    con = duckdb.connect()
+    rows = [(i % groups, float(v)) for i, v in enumerate(values)]
+    con.execute("CREATE TABLE t (g INTEGER, v DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows * repeat)
+    con.execute("CREATE TABLE c AS SELECT g, v, count(*) AS n FROM t GROUP BY ALL")
+    for table, weight in (("t", None), ("c", "n")):
+        blocks = percentile_blocks(con, table, "v", key="g", weight=weight)
+        assert sorted(blocks) == sorted({g for g, _ in rows})
+        for g, block in blocks.items():
+            expected = numpy_block([v for h, v in rows if h == g] * repeat)
+            assert block.pop("n") == repeat * sum(1 for h, _ in rows if h == g)
+            assert block == pytest.approx(expected, rel=1e-9, abs=1e-9)

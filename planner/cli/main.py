@@ -36,6 +36,16 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
 def cmd_ingest(args) -> None:
     from planner.traces.ingest import ingest_file
 
+    if (args.path is None) == (args.summary is None):
+        raise PlannerError("ingest: expected a trace PATH or --summary FOLDER (one of the two)")
+    if args.summary is not None:
+        from planner.traces.summary import ingest_summary
+
+        result = ingest_summary(store.open_store(args.db), args.summary, name=args.name)
+        human = (f"{'already stored as' if result.duplicate_of else 'stored'} summary {result.name} "
+                 f"({result.trace_id}): {result.rows:,} requests from {result.files} files")
+        _emit(args, result.as_dict(), human)
+        return
     dialect = None
     if args.delimiter is not None or args.quote is not None or args.no_header:
         delim = args.delimiter.encode().decode("unicode_escape") if args.delimiter else ","
@@ -161,8 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("ingest", "ingest a request log (CSV/TSV/JSONL/JSON/Parquet, optionally .gz/.zst)")
-    p.add_argument("path")
-    p.add_argument("--name", help="trace name (default: the file name)")
+    p.add_argument("path", nargs="?", help="a file, a directory (every file under it; names starting with '.' or "
+                   "'_' skipped) or a quoted glob ('logs/*/part-*.parquet'): several files of one layout are one trace")
+    p.add_argument("--summary", metavar="FOLDER", help="instead of a log, the tables planner/traces/summary.sql "
+                   "produced from one (in DuckDB, Spark SQL or Trino; docs/SUMMARY.md)")
+    p.add_argument("--name", help="trace name (default: the file's or the directory's name)")
     p.add_argument("--format", default="auto", choices=("auto",) + FORMATS)
     p.add_argument("--map", action="append", metavar="FIELD=COLUMN",
                    help="use COLUMN for a canonical field (repeatable; FIELD= with no column unmaps it)")

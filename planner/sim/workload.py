@@ -152,9 +152,11 @@ def synthetic(spec: str) -> SimWorkload:
     return work.with_shared_prefix(fields.get("prefix"))
 
 
-def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: int = 0) -> SimWorkload:
+def from_fits(input_fit, output_fit, n: int, qps: float | None, cv: float = 1.0, seed: int = 0,
+              arrival_s: np.ndarray | None = None, label: str | None = None) -> SimWorkload:
     """``n`` requests drawn from fitted length distributions (each fit's best family; a cap the fit censored at
-    becomes the point mass it was in the trace), arriving as a Poisson (``cv`` 1) or gamma renewal process."""
+    becomes the point mass it was in the trace), arriving as a Poisson (``cv`` 1) or gamma renewal process at
+    ``qps``, or at the ``n`` given ``arrival_s``."""
     rng = np.random.default_rng(seed)
 
     def draw(fit) -> np.ndarray:
@@ -166,5 +168,6 @@ def from_fits(input_fit, output_fit, n: int, qps: float, cv: float = 1.0, seed: 
             values = np.minimum(values, fit.censored_at)
         return np.maximum(values, 1).astype(np.int64)
     inputs, outputs = draw(input_fit), draw(output_fit)
-    return sorted_workload(poisson_or_gamma(n, qps, rng, cv), inputs, outputs,
-                   f"fitted lengths ({input_fit.best} / {output_fit.best}) at {qps:g} req/s")
+    arrivals = poisson_or_gamma(n, qps, rng, cv) if arrival_s is None else arrival_s
+    return sorted_workload(arrivals, inputs, outputs, label or
+                           f"fitted lengths ({input_fit.best} / {output_fit.best}) at {qps:g} req/s")

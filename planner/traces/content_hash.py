@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 _CHUNK = 1 << 22
@@ -24,22 +25,35 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class ContentHash:
-    """The SHA-256 of a file: computed now for small files, in a background thread for large ones."""
+def files_sha256(paths: Sequence[Path]) -> str:
+    """The content key of files read as one trace: a single file's own SHA-256 (so a trace's key does not depend
+    on how it was named), else the SHA-256 of the files' digests in order (the same bytes split the same way)."""
+    if len(paths) == 1:
+        return file_sha256(paths[0])
+    digest = hashlib.sha256(b"files\0")
+    for path in paths:
+        digest.update(file_sha256(path).encode() + b"\0")
+    return digest.hexdigest()
 
-    def __init__(self, path: Path):
+
+class ContentHash:
+    """The SHA-256 of a trace's files (:func:`files_sha256`): computed now when they are small, in a background
+    thread when they are large."""
+
+    def __init__(self, paths: Path | Sequence[Path]):
+        paths = (paths,) if isinstance(paths, Path) else tuple(paths)
         self._value: str | None = None
         self._error: BaseException | None = None
-        self.background = path.stat().st_size >= BACKGROUND_FROM_BYTES
+        self.background = sum(p.stat().st_size for p in paths) >= BACKGROUND_FROM_BYTES
         if self.background:
-            self._thread = threading.Thread(target=self._run, args=(path,), daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(paths,), daemon=True)
             self._thread.start()
         else:
-            self._value = file_sha256(path)
+            self._value = files_sha256(paths)
 
-    def _run(self, path: Path) -> None:
+    def _run(self, paths: Sequence[Path]) -> None:
         try:
-            self._value = file_sha256(path)
+            self._value = files_sha256(paths)
         except BaseException as exc:  # re-raised in the caller's thread by value()
             self._error = exc
 

@@ -18,18 +18,14 @@ import duckdb
 from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.content_hash import ContentHash
-from planner.traces.hash_ids import hash_ids_sql
-from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, detect_mapping, latency_unit, normalize
-from planner.traces.sources import Dialect, Source, open_source, read_error, sql_str
-from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind, seconds_sql
+from planner.traces.files import FileSet, resolve_files
+from planner.traces.layouts import detect_mapping
+from planner.traces.parsing import OPTIONAL_FIELDS, plan_parse
+from planner.traces.row_numbers import FileRows, row_sql, structural_rejects
+from planner.traces.sources import Dialect, open_source, read_error
+from planner.traces.timestamps import seconds_sql
 
 ProgressFn = Callable[[float, str], None]
-_SAMPLE_ROWS = 20_000
-_OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
-                    "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR", "hash_ids": "BIGINT[]"}
-_TEXT_FIELDS = tuple(f for f, sql_type in _OPTIONAL_FIELDS.items() if sql_type == "VARCHAR")
-_FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
-_MAX_WHOLE_TOKENS = 2.0 ** 53
 
 
 @dataclass(frozen=True)
@@ -50,144 +46,16 @@ class IngestResult:
     time_kind: str | None
     timestamp_resolution_s: float | None
     notes: list[str] = field(default_factory=list)
+    files: int = 1
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> IngestResult:
+def result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> IngestResult:
     return IngestResult(info.trace_id, info.name, info.rows, info.rejected, info.failed, info.format,
                         info.mapping, info.units, info.has_timestamps, duplicate_of, info.layout, info.time_kind,
-                        info.timestamp_resolution_s, info.notes)
-
-
-def _sample(cur, source: Source, expr: str) -> list[str]:
-    # execute, not sql(): a relation binds its query (sniffing the file again) and then binds it once more to run
-    rows = cur.execute(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
-                       f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
-    return [r[0] for r in rows]
-
-
-def _median(values: list[str]) -> float | None:
-    nums = sorted(float(v) for v in values if _is_float(v))
-    return nums[len(nums) // 2] if nums else None
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The SQL that turns source rows into canonical rows plus, for a bad row, its reason and raw text."""
-
-    select_sql: str
-    units: dict[str, str]
-    time_kind: TimeKind | None
-    stored: frozenset[str]  # optional canonical fields the data table holds
-    failed_sql: str         # the failed flag over the data table's columns
-
-
-def _label(fld: str, column: str) -> str:
-    return sql_str(f"{fld} (column {column!r})")
-
-
-def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
-    """Build the parsing SQL for a source and mapping, resolving time and latency units from a sample.
-
-    The hot path only casts and tests each value; reason strings are built for bad rows alone.
-    """
-    cols = source.columns
-    text = {fld: f"CAST({cols[col]} AS VARCHAR)" for fld, col in mapping.columns.items()}
-    units = dict(mapping.units)
-    time_kind = None
-    input_ok = "false"
-    parsed: list[str] = []
-    bad: list[str] = []
-    reasons: list[str] = []
-
-    def blank(v: str) -> str:
-        return f"({v} IS NULL OR trim({v}) = '')"
-
-    for fld in ("input_tokens", "output_tokens"):
-        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
-        parsed.append(f"TRY_CAST({v} AS DOUBLE) AS {x}")
-        # NaN compares above everything in DuckDB, so the upper bound also rejects NaN and inf
-        ok = f"coalesce({x} >= 0 AND {x} = floor({x}) AND {x} < {_MAX_WHOLE_TOKENS!r}, false)"
-        if fld == "input_tokens":
-            input_ok = ok
-        bad.append(f"NOT {ok}")
-        reasons.append(
-            f"CASE WHEN {blank(v)} THEN {lab} || ': missing' "
-            f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
-            f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
-            f"WHEN {x} <> floor({x}) OR {x} >= {_MAX_WHOLE_TOKENS!r} "
-            f"THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' END")
-    if "arrival" in mapping.columns:
-        time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
-        units["arrival"] = time_kind.kind
-        v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
-        parsed.append(f"{arrival_sql(v, time_kind)} AS __arrival")
-        bad.append("NOT coalesce(isfinite(__arrival), false)")
-        reasons.append(f"CASE WHEN {blank(v)} THEN {lab} || ': missing' "
-                       f"WHEN NOT coalesce(isfinite(__arrival), false) "
-                       f"THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' END")
-    for fld in LATENCY_FIELDS:
-        if fld not in mapping.columns:
-            continue
-        unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
-                            if units[fld] == "auto" else None)
-        units[fld] = unit
-        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
-        parsed.append(f"TRY_CAST({v} AS DOUBLE) * {LATENCY_UNITS[unit]!r} AS {x}")
-        # a missing latency is fine (NULL); an unreadable or negative one is not
-        bad.append(f"(NOT coalesce({x} >= 0 AND isfinite({x}), false) AND NOT {blank(v)})")
-        reasons.append(f"CASE WHEN {blank(v)} THEN NULL "
-                       f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
-                       f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' END")
-    for fld in _TEXT_FIELDS:
-        if fld in mapping.columns:
-            parsed.append(f"nullif({text[fld]}, '') AS __{fld}")
-    if "hash_ids" in mapping.columns:   # nothing parsed, tested or stored for a trace without them
-        label = _label("hash_ids", mapping.columns["hash_ids"])
-        for part, sql in zip((parsed, bad, reasons), hash_ids_sql(cur, source, mapping, input_ok, label), strict=True):
-            part.append(sql)
-
-    status_failed = "false"
-    if "status" in mapping.columns:
-        if normalize(mapping.columns["status"]) in ("error", "errors"):
-            status_failed = "__status IS NOT NULL"
-        else:
-            status_failed = (f"coalesce(regexp_matches(lower(__status), '{_FAILURE_WORDS}') "
-                             f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")
-
-    bad_sql = " OR ".join(bad)
-    # Every stored column costs about a tenth of a bare load's time, all-NULL or not, so the data table holds only
-    # what the view needs: the fields the source has (the view adds the rest as NULL), a failed flag only where a
-    # status takes a test to read (zero output tokens is tested in the view), and one reject column.
-    optional = [f"__{fld} AS {fld}" for fld in _OPTIONAL_FIELDS if fld in mapping.columns]
-    stored_failed = status_failed != "false"
-    final = [
-        *(["__arrival AS arrival_abs"] if time_kind else []),
-        # rejected rows keep whatever casts (the view hides them); TRY_CAST keeps NaN/inf from failing the load
-        "TRY_CAST(__input_tokens AS BIGINT) AS input_tokens",
-        "TRY_CAST(__output_tokens AS BIGINT) AS output_tokens",
-        *optional,
-        *([f"(__output_tokens = 0 OR {status_failed}) AS failed"] if stored_failed else []),
-        # [reason, raw text] of a bad row, NULL for a good one: a list stores nothing for NULL rows, where a STRUCT
-        # or two text columns store a NULL per row (and cost as much as any other column)
-        f"CASE WHEN {bad_sql} THEN [concat_ws('; ', {', '.join(reasons)}), {source.raw_row_sql()}] END AS reject",
-    ]
-    # two flat levels: casts, then checks (a third level for a shared "bad" flag costs a third more time)
-    select_sql = f"SELECT {', '.join(final)} FROM (SELECT *, {', '.join(parsed)} FROM {source.reader_sql})"
-    # a stored row is a good one: its output_tokens is the parsed count itself
-    failed_sql = "failed" if stored_failed else "output_tokens = 0"
-    return _Plan(select_sql, units, time_kind, frozenset(f for f in _OPTIONAL_FIELDS if f in mapping.columns),
-                 failed_sql)
+                        info.timestamp_resolution_s, info.notes, info.files)
 
 
 class _ProgressPoller:
@@ -218,30 +86,6 @@ class _ProgressPoller:
             self._thread.join()
 
 
-def _structural_rejects(cur, source: Source) -> list[tuple[int, str, str]]:
-    """Lines DuckDB's CSV reader could not split into the header's columns: ``(row, raw, reason)``."""
-    if not source.rejects_table:
-        return []
-    header = 1 if source.dialect and source.dialect.header else 0
-    rows = cur.execute(f"SELECT line, csv_line, error_type, error_message FROM {source.rejects_table} "
-                       "ORDER BY line").fetchall()
-    return [(int(line) - header, raw, f"{etype.lower()}: {msg}") for line, raw, etype, msg in rows]
-
-
-def _row_sql(structural: list[tuple[int, str, str]], first_rowid: int = 0) -> str:
-    """Source row number of a stored row: its position, shifted past rows the CSV reader dropped.
-
-    ``first_rowid`` is the rowid of the table's first row: 0 once committed, a large offset inside the
-    transaction that created the table (DuckDB numbers transaction-local rows from ``2**55``).
-    """
-    position = f"(rowid - {first_rowid} + 1)"
-    if not structural:
-        return position
-    # good rows preceding each dropped row; a stored row at position p sits after every dropped row with fewer
-    before = [row - 1 - i for i, (row, _, _) in enumerate(structural)]
-    return f"{position} + len(list_filter({before!r}, lambda g: g < {position}))"
-
-
 def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
                 fmt: str = "auto", overrides: dict[str, str] | None = None,
                 unit_overrides: dict[str, str] | None = None, dialect: Dialect | None = None,
@@ -254,7 +98,10 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     con : duckdb.DuckDBPyConnection
         The store (see :func:`planner.traces.store.open_store`).
     path : str or Path
-        The file; DuckDB streams it, Python reads only its first 64 KiB (and hashes it in chunks).
+        The file, a directory (every file under it, hidden and ``_``-prefixed names skipped) or a glob, read as one
+        trace of one layout, rows numbered through the files in path order (:func:`planner.traces.files.resolve_files`).
+        DuckDB streams them with bounded memory; Python reads only each file's first 64 KiB (and hashes them in
+        chunks).
     name : str, optional
         Trace name; defaults to the file name without extensions, made unique.
     fmt : str
@@ -280,25 +127,27 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     PlannerError
         For unreadable, empty, binary or malformed files and unusable mappings; the store is left unchanged.
     """
-    path = Path(path)
+    fileset = resolve_files(path)
+    path = fileset.paths[0]
     report = on_progress or (lambda f, m: None)
-    if not path.is_file():
-        open_source(con, path)  # raises the precise "no such file"/"is a directory" error
     report(0.0, "hashing")
-    content = ContentHash(path)
+    content = ContentHash(fileset.paths)
     if not content.background:
         existing = store.find_by_hash(con, content.value())
         if existing is not None:
             store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
             report(1.0, "already stored")
-            return _result_from_trace(existing, existing.trace_id)
+            return result_from_trace(existing, existing.trace_id)
 
     cur = store.progress_cursor(con)
     report(0.05, "detecting format")
     staging = f"ingest_{uuid.uuid4().hex[:12]}"
-    source = open_source(cur, path, fmt, dialect, rejects_name=staging)
+    source = open_source(cur, fileset.paths, fmt, dialect, rejects_name=staging)
     mapping = detect_mapping(list(source.columns), overrides, unit_overrides)
-    plan = plan_parse(cur, source, mapping)
+    try:
+        plan = plan_parse(cur, source, mapping)      # samples values: the first read of every file
+    except duckdb.Error as exc:
+        raise read_error(path, source.format, exc) from None
     notes = list(source.notes)
     with store.WRITE_LOCK:      # one writer at a time: names stay unique, duplicates are seen
         cur.execute("BEGIN")
@@ -311,12 +160,17 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 cur.execute("ROLLBACK")
                 store.link_owner(cur, existing.trace_id, owner, existing=True)
                 report(1.0, "already stored")
-                return _result_from_trace(existing, existing.trace_id)
+                return result_from_trace(existing, existing.trace_id)
             trace_id = sha[:16]
             data = store.requests_data_table(trace_id)
             cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
             report(0.9, "collecting rejects")
-            structural = _structural_rejects(cur, source)
+            structural = structural_rejects(cur, source)
+            spans = FileRows.count(cur, data, source, structural, plan.file_column) if plan.many_files else None
+            # a dropped line's trace row number: its file's first row plus its place in the file
+            dropped = [((spans.first_row[f] - 1 if spans else 0) + row, raw,
+                        f"{spans.names[f]} row {row}: {reason}" if spans else reason)
+                       for f, row, raw, reason in structural]
             time_kind = plan.time_kind
             has_time = time_kind is not None
             first_arrival = seconds_sql("min(arrival_abs) FILTER (reject IS NULL)", time_kind) if has_time else "NULL"
@@ -324,33 +178,45 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 f"SELECT count(*) FILTER (reject IS NULL), count(*) FILTER (reject IS NOT NULL), "
                 f"count(*) FILTER (reject IS NULL AND {plan.failed_sql}), {first_arrival}, coalesce(min(rowid), 0) "
                 f"FROM {data}").fetchall()[0]
-            if structural:
+            if dropped:
                 cur.executemany("INSERT INTO rejects VALUES (?, ?, ?, ?)",
-                                [(trace_id, row, raw, reason) for row, raw, reason in structural])
+                                [(trace_id, row, raw, reason) for row, raw, reason in dropped])
             if bad:
-                cur.execute(f"INSERT INTO rejects SELECT $t, {_row_sql(structural, first_rowid)}, reject[2], "
-                            f"reject[1] FROM {data} WHERE reject IS NOT NULL", {"t": trace_id})
-            rejected = bad + len(structural)
+                number = row_sql(dropped, first_rowid)
+                reason = f"{spans.prefix_sql(number)} || reject[1]" if spans else "reject[1]"
+                cur.execute(f"INSERT INTO rejects SELECT $t, {number}, reject[2], {reason} FROM {data} "
+                            "WHERE reject IS NOT NULL", {"t": trace_id})
+            rejected = bad + len(dropped)
             if rows == 0:
                 first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
                                     {"t": trace_id}).fetchall()
                 detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
-                raise PlannerError(f"{path.name}: no usable requests ({rejected} rows rejected: {detail}); expected "
-                                   "rows with whole, non-negative input and output token counts")
+                raise PlannerError(f"{fileset.label()}: no usable requests ({rejected} rows rejected: {detail}); "
+                                   "expected rows with whole, non-negative input and output token counts")
             arrival = f"{seconds_sql('arrival_abs', time_kind)} - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
             optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
-                                 for fld, sql_type in _OPTIONAL_FIELDS.items())
+                                 for fld, sql_type in OPTIONAL_FIELDS.items())
             cur.execute(
-                f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {_row_sql(structural)} AS \"row\", "
+                f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT {row_sql(dropped)} AS \"row\", "
                 f"{arrival} AS arrival, input_tokens, output_tokens, {optional}, {plan.failed_sql} AS failed "
                 f"FROM {data} WHERE reject IS NULL")
             if rejected:
                 notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
-            trace_name = store.unique_name(cur, name or _stem(source_file or path.name))
+            trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)))
+            if spans:
+                notes.append(f"read from {len(fileset.paths):,} files ({fileset.kind} {fileset.spec}); rows are "
+                             "numbered through them in path order, and a reject names its file and its row there")
+                cur.executemany("INSERT INTO trace_files VALUES (?, ?, ?, ?, ?, ?)",
+                                [(trace_id, i, str(p), p.stat().st_size, spans.first_row[i], spans.source_rows[i])
+                                 for i, p in enumerate(fileset.paths)])
             cur.execute(
-                "INSERT INTO traces VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, $mapping, $units, $dialect, "
-                "$rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, now()::TIMESTAMP)",
-                {"id": trace_id, "name": trace_name, "src": source_file or path.name, "sha": sha,
+                "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
+                "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
+                "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, "
+                "$mapping, $units, $dialect, $rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, "
+                "now()::TIMESTAMP, $files)",
+                {"id": trace_id, "name": trace_name, "files": len(fileset.paths),
+                 "src": source_file or (path.name if fileset.kind == "file" else fileset.spec), "sha": sha,
                  "fmt": source.format, "comp": source.compression, "layout": mapping.layout,
                  "mapping": json.dumps(mapping.columns), "units": json.dumps(plan.units),
                  "dialect": json.dumps(source.dialect.as_dict()) if source.dialect else None,
@@ -374,7 +240,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                     except duckdb.Error:
                         pass        # temporary tables: they go with the connection anyway
         report(1.0, "stored")
-        return _result_from_trace(store.get_trace(con, trace_id), None)
+        return result_from_trace(store.get_trace(con, trace_id), None)
 
 
 def _rollback(cur) -> None:
@@ -382,6 +248,20 @@ def _rollback(cur) -> None:
         cur.execute("ROLLBACK")
     except duckdb.TransactionException:     # already rolled back (the duplicate branch)
         pass
+
+
+def _set_name(fileset: FileSet) -> str:
+    """A trace's default name: the file's, the directory's, or a glob's last folder before its wildcards."""
+    if fileset.kind == "file":
+        return fileset.paths[0].name
+    if fileset.kind == "directory":
+        return Path(fileset.spec).resolve().name
+    fixed = []
+    for part in Path(fileset.spec).parts:
+        if set(part) & set("*?["):
+            break
+        fixed.append(part)
+    return Path(*fixed).resolve().name if fixed else "trace"
 
 
 def _stem(filename: str) -> str:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
+
 import duckdb
 import numpy as np
 
 from planner.errors import PlannerError
 from planner.traces import store
-from planner.workload.stats import LENGTH_FIELDS
+from planner.workload.fitting.arrivals import (
+    GapSummary,
+    PoissonTest,
+    poisson_from_counts,
+    poisson_width_s,
+    tie_threshold_s,
+)
+from planner.workload.fitting.lengths import MAX_DISTINCT, QUANTILES, counts_of
+from planner.workload.stats import LENGTH_FIELDS, percentile_blocks
 
 
 def length_expr(fld: str) -> str:
@@ -17,7 +27,12 @@ def length_expr(fld: str) -> str:
 
 
 def length_counts(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of a length field over non-failed requests, ascending, with their counts."""
+    """Distinct values of a length field over non-failed requests, ascending, with their counts (a trace stored
+    as its summary has them as they are)."""
+    from planner.traces.summary import is_summary, summary_length_counts
+
+    if is_summary(con, trace_id):
+        return summary_length_counts(con, trace_id, fld)
     expr = length_expr(fld)
     rows = con.cursor().execute(
         f"SELECT {expr} AS v, count(*) FROM {store.requests_view(trace_id)} "
@@ -42,3 +57,61 @@ def arrival_times(con: duckdb.DuckDBPyConnection, trace_id: str) -> np.ndarray:
                            f"WHERE arrival IS NOT NULL AND NOT failed ORDER BY arrival")
     return rel.pl().to_series().to_numpy().astype(float)
 
+
+
+def gap_summary_of_trace(con: duckdb.DuckDBPyConnection, trace_id: str,
+                         resolution_s: float | None) -> GapSummary | None:
+    """:func:`planner.workload.fitting.arrivals.gap_summary` of a stored trace's replayed arrivals, computed by
+    DuckDB out of core: the arrivals are sorted once and their gaps counted per multiple of the clock's resolution.
+    A gap between two timestamps read at that resolution is such a multiple (floating-point differences blur it by
+    far less), so the counts are few however long the trace; every statistic and the fit read them, and only they
+    reach Python. A trace with more distinct gaps than :data:`MAX_DISTINCT` (no known resolution) is fitted on a
+    seeded sample of that many gaps, as the array's summary is."""
+    cur = con.cursor()
+    view = store.requests_view(trace_id)
+    counts = store.quote_ident(f"gap_counts_{uuid.uuid4().hex[:12]}")
+    tie = tie_threshold_s(resolution_s)
+    span = cur.execute(f"SELECT max(arrival) - min(arrival) FROM {view} WHERE NOT failed").fetchone()[0]
+    gaps = (f"SELECT g FROM (SELECT arrival - lag(arrival) OVER (ORDER BY arrival) AS g FROM {view} "
+            "WHERE arrival IS NOT NULL AND NOT failed) WHERE g IS NOT NULL")
+    grid = f"round(g / {resolution_s!r}) * {resolution_s!r}" if resolution_s else "g"
+    cur.execute(f"CREATE TEMP TABLE {counts} AS SELECT {grid} AS g, count(*) AS n FROM ({gaps}) GROUP BY ALL")
+    try:
+        n, distinct, mean, ties = cur.execute(
+            f"SELECT sum(n), count(*), sum(g * n) / sum(n), sum(CASE WHEN g <= $tie THEN n ELSE 0 END) / sum(n) "
+            f"FROM {counts}", {"tie": tie}).fetchone()
+        if not n or n < 2:
+            return None
+        # the variance about the mean, in a second pass over the counts (no cancellation of two large sums)
+        var = cur.execute(f"SELECT sum(n * (g - $m) * (g - $m)) / sum(n) FROM {counts}", {"m": mean}).fetchone()[0]
+        everything = percentile_blocks(cur, counts, "g", quantiles=QUANTILES, weight="n")[None]
+        positive = percentile_blocks(cur, counts, "g", f"g > {tie!r}", quantiles={"p5": 0.05, "p50": 0.5},
+                                     weight="n").get(None)
+        if distinct <= MAX_DISTINCT:
+            frame = cur.sql(f"SELECT g, n FROM {counts} ORDER BY g").pl()
+            x, w = frame["g"].to_numpy().astype(float), frame["n"].to_numpy().astype(float)
+        else:
+            x, w = counts_of(cur.sql(f"{gaps} USING SAMPLE reservoir({MAX_DISTINCT} ROWS) REPEATABLE (0)")
+                             .pl().to_series().to_numpy())
+    finally:
+        cur.execute(f"DROP TABLE IF EXISTS {counts}")
+    return GapSummary(int(n) + 1, float(span), float(mean), float(var) ** 0.5, float(ties),
+                      positive["p5"] if positive else None, positive["p50"] if positive else None,
+                      {k: everything[k] for k in QUANTILES}, x, w * (n / w.sum()))
+
+
+def poisson_test_of_trace(con: duckdb.DuckDBPyConnection, trace_id: str, arrivals: int, span_s: float,
+                          min_bin_s: float = 0.0) -> PoissonTest | None:
+    """:func:`planner.workload.fitting.arrivals.poisson_test` of a stored trace's replayed arrivals, from counts
+    per bin that DuckDB aggregates (empty bins count: they are the bins no count row holds)."""
+    width = poisson_width_s(arrivals, span_s, min_bin_s)
+    if width is None:
+        return None
+    view = store.requests_view(trace_id)
+    cur = con.cursor()
+    first = cur.execute(f"SELECT min(arrival) FROM {view} WHERE NOT failed").fetchone()[0]
+    total, sum_sq = cur.execute(
+        f"SELECT sum(c), sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
+        f"GROUP BY floor((arrival - $t0) / $w))", {"t0": first, "w": width}).fetchone()
+    bins = int(np.floor(span_s / width)) + 1
+    return poisson_from_counts(width, bins, float(total), float(sum_sq))

@@ -6,7 +6,9 @@ Only the first bytes are read in Python, to sniff; the rows themselves are strea
 from __future__ import annotations
 
 import json
+import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,9 +45,9 @@ class Dialect:
 
 @dataclass(frozen=True)
 class Source:
-    """A file ready to be read: its reader call and its columns as SQL expressions."""
+    """A file (or several of one layout) ready to be read: its reader call and its columns as SQL expressions."""
 
-    path: Path
+    path: Path                        # the first file
     format: str
     compression: str                  # none | gzip | zstd
     reader_sql: str                   # a FROM-able SQL expression
@@ -54,6 +56,16 @@ class Source:
     rejects_table: str | None = None  # where DuckDB's CSV reader puts structurally broken lines
     notes: tuple[str, ...] = field(default_factory=tuple)
     peek_sql: str | None = None       # the reader without side effects, for sampling values
+    paths: tuple[Path, ...] = ()      # every file read, in row order (empty: just ``path``)
+    numeric: dict[str, str] = field(default_factory=dict)   # columns the reader types as numbers (Parquet,
+    #                                                         JSON) and their types: read as such
+
+    def is_integer(self, column: str) -> bool:
+        return self.numeric.get(column) in _INTEGER_TYPES
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self.paths or (self.path,)
 
     @property
     def sample_sql(self) -> str:
@@ -136,6 +148,9 @@ def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
     """A user-facing error for a DuckDB reader failure, naming truncated compressed data as such."""
     detail = first_line(exc)
     lowered = detail.lower()
+    if "schema mismatch" in lowered:
+        return PlannerError(f"the files differ in their columns ({detail.split(': ', 1)[-1]}); expected every file "
+                            "of one trace to have the same columns (ingest the others as traces of their own)")
     if "gzip" in lowered or "zstd" in lowered or "compress" in lowered:
         return PlannerError(f"{path.name}: the compressed data is truncated or corrupt ({detail}); expected a "
                             "complete .gz or .zst file")
@@ -143,13 +158,20 @@ def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
                         "(use --format to pick another reader)")
 
 
-def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: str) -> dict[str, str]:
-    """Columns of a reader, STRUCT fields flattened to ``parent.child``."""
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                  "UBIGINT", "UHUGEINT")
+_NUMERIC_TYPES = _INTEGER_TYPES + ("FLOAT", "DOUBLE", "DECIMAL")
+
+
+def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path,
+             fmt: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Columns of a reader, STRUCT fields flattened to ``parent.child``, and the numeric ones' types."""
     try:
         rel = con.sql(f"SELECT * FROM {reader_sql} LIMIT 0")
     except duckdb.Error as exc:
         raise read_error(path, fmt, exc) from None
     columns: dict[str, str] = {}
+    numeric: dict[str, str] = {}
 
     def walk(name: str, expr: str, dtype) -> None:
         if str(dtype).startswith("STRUCT"):
@@ -157,10 +179,12 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path, fmt: s
                 walk(f"{name}.{child_name}", f"{expr}.{quote_ident(child_name)}", child_type)
         else:
             columns[name] = expr
+            if str(dtype).split("(")[0] in _NUMERIC_TYPES:
+                numeric[name] = str(dtype).split("(")[0]
 
     for name, dtype in zip(rel.columns, rel.types, strict=True):
         walk(name, quote_ident(name), dtype)
-    return columns
+    return columns, numeric
 
 
 def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
@@ -170,7 +194,7 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
     if fmt == "tsv":
         opts.append("delim='\\t'")
     try:
-        row = con.sql(f"SELECT Delimiter, Quote, Escape, HasHeader FROM sniff_csv({sql_str(str(path))}, "
+        row = con.sql(f"SELECT Delimiter, Quote, Escape, HasHeader FROM sniff_csv({path_sql(path)}, "
                       + ", ".join(opts) + ")").fetchall()[0]
     except duckdb.Error as exc:
         if compression != "none":
@@ -189,7 +213,32 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
     return Dialect(delimiter=delim, quote=clean(quote), escape=clean(escape), header=bool(header))
 
 
-def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "auto",
+def path_sql(path: Path) -> str:
+    """A file path as a literal for DuckDB's readers, which glob every path they are given: the glob characters
+    of an existing file's own name are bracketed, so ``t*.csv`` reads that file and not ``t1.csv`` beside it."""
+    return sql_str(re.sub(r"[*?\[]", lambda m: f"[{m.group(0)}]", str(path)))
+
+
+def _files_sql(paths: Sequence[Path]) -> str:
+    """A reader's file argument: one path literal, or a list of them (DuckDB reads a list as one relation)."""
+    if len(paths) == 1:
+        return path_sql(paths[0])
+    return "[" + ", ".join(path_sql(p) for p in paths) + "]"
+
+
+def _same_kind(paths: Sequence[Path], compression: str, fmt: str, detected: bool) -> None:
+    """Refuse a set of files whose formats or compressions differ: they cannot be one reader's input."""
+    for other in paths[1:]:
+        comp, head = read_head(other)
+        kind = detect_format(other, comp, head) if detected else fmt
+        if kind == "jsonl" and fmt == "json" or kind == "json" and fmt == "jsonl":
+            kind = fmt          # a one-line JSON file and JSON Lines read alike
+        if (comp, kind) != (compression, fmt):
+            raise PlannerError(f"{other.name} is {kind} ({comp}) but {paths[0].name} is {fmt} ({compression}); "
+                               "expected every file of one trace in the same format and compression")
+
+
+def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path], fmt: str = "auto",
                 dialect: Dialect | None = None, rejects_name: str = "ingest") -> Source:
     """Work out how to read ``path`` and return its reader and columns.
 
@@ -197,8 +246,9 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "au
     ----------
     con : duckdb.DuckDBPyConnection
         Connection (or cursor) used for sniffing; the reader SQL is valid on it.
-    path : str or Path
-        The file.
+    path : str, Path or sequence of Path
+        The file, or several files of one layout read as one relation in the order given (the first one is
+        sniffed; DuckDB refuses files whose columns differ).
     fmt : str
         ``auto`` or one of :data:`FORMATS`.
     dialect : Dialect, optional
@@ -206,15 +256,19 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "au
     rejects_name : str
         Prefix of the temporary tables DuckDB's CSV reader writes structurally broken lines to.
     """
-    path = Path(path)
+    paths = [Path(p) for p in path] if isinstance(path, Sequence) and not isinstance(path, str) else [Path(path)]
+    path = paths[0]
     compression, head = read_head(path)
+    detected = fmt == "auto"
     if fmt == "auto":
         fmt = detect_format(path, compression, head)
     elif fmt not in FORMATS:
         raise PlannerError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
     elif fmt != "parquet" and not head.strip():
         raise PlannerError(f"{path.name} is empty; expected a trace with a header row and at least one request")
-    p = sql_str(str(path))
+    _same_kind(paths, compression, fmt, detected)
+    p = _files_sql(paths)
+    many = tuple(paths) if len(paths) > 1 else ()
     comp = sql_str(compression)
     notes: list[str] = []
     if fmt in ("csv", "tsv"):
@@ -230,19 +284,24 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path, fmt: str = "au
                 f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480")
         reader = (f"{peek}, store_rejects=true, rejects_table={sql_str(rejects)}, "
                   f"rejects_scan={sql_str(rejects_name + '_scans')})")
-        columns = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
+        columns, _ = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
         return Source(path, fmt, compression, reader, columns, dialect, rejects, tuple(notes),
-                      peek + ", ignore_errors=true)")
+                      peek + ", ignore_errors=true)", many)
     if fmt == "parquet":
         reader = f"read_parquet({p})"
-        return Source(path, fmt, compression, reader, _flatten(con, reader, path, fmt), notes=tuple(notes))
+        columns, numeric = _flatten(con, reader, path, fmt)
+        return Source(path, fmt, compression, reader, columns, notes=tuple(notes), paths=many, numeric=numeric)
     json_format = {"jsonl": "newline_delimited", "json": "auto"}[fmt]
     reader = f"read_json({p}, format={sql_str(json_format)}, compression={comp}, sample_size=20480)"
-    columns = _flatten(con, reader, path, fmt)
+    columns, numeric = _flatten(con, reader, path, fmt)
     if {"input_lens", "output_lens"} <= set(columns):
+        if many:
+            raise PlannerError(f"{path.name} is a vLLM benchmark result: one run per file; expected it ingested "
+                               "on its own, not as part of a directory or glob")
         reader, columns, note = _vllm_benchmark_reader(con, reader, columns)
         notes.append(note)
-    return Source(path, fmt, compression, reader, columns, notes=tuple(notes))
+        numeric = {}
+    return Source(path, fmt, compression, reader, columns, notes=tuple(notes), paths=many, numeric=numeric)
 
 
 def _vllm_benchmark_reader(con, reader: str, columns: dict[str, str]) -> tuple[str, dict[str, str], str]:

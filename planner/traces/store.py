@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import platformdirs
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, first_line
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -40,7 +40,18 @@ CREATE TABLE IF NOT EXISTS traces (
     timestamp_resolution_s DOUBLE,
     start_epoch_s DOUBLE,              -- first request as epoch seconds, when the trace has wall-clock times
     notes VARCHAR NOT NULL,            -- JSON list of things the ingest noticed
-    created TIMESTAMP NOT NULL
+    created TIMESTAMP NOT NULL,
+    files BIGINT NOT NULL DEFAULT 1    -- files read as this one trace (a directory or a glob: see trace_files)
+);
+ALTER TABLE traces ADD COLUMN IF NOT EXISTS files BIGINT DEFAULT 1;  -- stores written before multi-file ingest
+CREATE TABLE IF NOT EXISTS trace_files (       -- the files of a trace read from several, in row order
+    trace_id VARCHAR NOT NULL,
+    idx BIGINT NOT NULL,
+    path VARCHAR NOT NULL,
+    bytes BIGINT NOT NULL,
+    first_row BIGINT NOT NULL,         -- the trace's row number of the file's first row
+    source_rows BIGINT NOT NULL,       -- its rows, stored and rejected
+    PRIMARY KEY (trace_id, idx)
 );
 CREATE TABLE IF NOT EXISTS rejects (
     trace_id VARCHAR NOT NULL,
@@ -64,6 +75,10 @@ CREATE TABLE IF NOT EXISTS reports (           -- saved reports, opened by their
     body_md VARCHAR NOT NULL
 );
 """
+
+# DuckDB's memory limit for the store's connection (PLANNER_DUCKDB_MEMORY overrides): what bench/ingest_many.py's
+# 100M-request trace needs to ingest, summarise and fit within 4 GiB of process memory
+DEFAULT_DUCKDB_MEMORY = "2GB"
 
 # Writes are serialized within the process (the app is one process with one connection): concurrent uploads
 # from several sessions then never race on a name or a duplicate check, and each lands whole.
@@ -99,6 +114,15 @@ def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnecti
                            "not locked by another process") from None
     # GLOBAL: settings are per connection otherwise, and every unit of work runs on its own cursor
     con.execute("SET GLOBAL TimeZone = 'UTC'")
+    # a bounded buffer pool: DuckDB spills sorts, joins, aggregates and windows to disk beyond it (next to the
+    # store), so a trace of any size is ingested and summarised in the same memory
+    memory = os.environ.get("PLANNER_DUCKDB_MEMORY", DEFAULT_DUCKDB_MEMORY)
+    try:
+        con.execute("SET GLOBAL memory_limit = $m", {"m": memory})
+    except duckdb.Error as exc:
+        con.close()
+        raise PlannerError(f"PLANNER_DUCKDB_MEMORY={memory!r}: {first_line(exc)}; expected a size such as 2GB or "
+                           "512MB") from None
     con.execute(SCHEMA)
     return con
 
@@ -152,6 +176,7 @@ class TraceInfo:
     start_epoch_s: float | None
     notes: list
     created: str
+    files: int = 1
 
 
 def _trace_from_row(cols: list[str], row: tuple) -> TraceInfo:
@@ -211,6 +236,14 @@ def content_hash(con: duckdb.DuckDBPyConnection, trace_id: str) -> str:
     if row is None:
         raise PlannerError(f"no trace with id {trace_id!r}")
     return row[0]
+
+
+def trace_files(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict]:
+    """The files a trace was read from, in row order (``path``, ``bytes``, ``first_row``, ``source_rows``); empty
+    for a trace read from one file."""
+    rel = con.cursor().sql("SELECT path, bytes, first_row, source_rows FROM trace_files WHERE trace_id = $t "
+                           "ORDER BY idx", params={"t": trace_id})
+    return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
 
 
 def unique_name(con: duckdb.DuckDBPyConnection, wanted: str) -> str:
@@ -292,9 +325,12 @@ def remove_trace(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | Non
 
 
 def _drop_trace(cur, trace_id: str) -> None:
+    from planner.traces.summary import drop_summary_tables
+
     cur.execute(f"DROP VIEW IF EXISTS {requests_view(trace_id)}")
     cur.execute(f"DROP TABLE IF EXISTS {requests_data_table(trace_id)}")
-    for table in ("rejects", "workspace_traces", "traces"):
+    drop_summary_tables(cur, trace_id)
+    for table in ("rejects", "trace_files", "workspace_traces", "traces"):
         cur.execute(f"DELETE FROM {table} WHERE trace_id = $t", {"t": trace_id})
 
 

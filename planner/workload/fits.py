@@ -6,8 +6,8 @@ import duckdb
 
 from planner.errors import PlannerError
 from planner.traces import store
-from planner.traces.queries import arrival_times, length_counts
-from planner.workload.fitting.arrivals import ArrivalFit, dispersion_curve, fit_arrivals, peak_summary
+from planner.traces.queries import arrival_times, gap_summary_of_trace, length_counts, poisson_test_of_trace
+from planner.workload.fitting.arrivals import ArrivalFit, dispersion_curve, fit_gaps, peak_summary
 from planner.workload.fitting.lengths import LengthFit, fit_lengths
 
 FIT_FIELDS = ("input_tokens", "output_tokens", "interarrival")
@@ -27,7 +27,13 @@ def fit_interarrival(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> A
     if not info.has_timestamps:
         raise PlannerError(f"trace {info.name!r} has no timestamps: expected an arrival column to fit "
                            "inter-arrival times")
-    return fit_arrivals(arrival_times(con, info.trace_id), info.timestamp_resolution_s)
+    if info.layout == "summary":
+        raise PlannerError(f"trace {info.name!r} is a summary: it counts arrivals per second, not the gaps between "
+                           "requests, so inter-arrival times cannot be fitted; `stats` gives its rate and the "
+                           "dispersion of counts per second, 10 s and 60 s")
+    gaps = gap_summary_of_trace(con, info.trace_id, info.timestamp_resolution_s)
+    return fit_gaps(gaps, info.timestamp_resolution_s, lambda min_bin_s: poisson_test_of_trace(
+        con, info.trace_id, gaps.arrivals, gaps.span_s, min_bin_s))
 
 
 def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap: float | None = None,
@@ -62,7 +68,7 @@ def arrival_overview(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> d
     t = arrival_times(con, info.trace_id)
     if t.size < 3:
         return None
-    return {"span_s": float(t[-1] - t[0]), "fit": fit_arrivals(t, info.timestamp_resolution_s),
+    return {"span_s": float(t[-1] - t[0]), "fit": fit_interarrival(con, info),
             "dispersion": dispersion_curve(t), "peaks": peak_summary(t)}
 
 

@@ -21,29 +21,57 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     (a trace without timestamps needs ``qps``: Poisson arrivals at that rate), with their prefix identity: the
     stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared."""
     info = store.get_trace(con, trace_ref)
-    frame = _replayed(con, info)
-    if frame.height == 0:
-        raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
-    inputs, outputs = frame["input_tokens"].to_numpy(), frame["output_tokens"].to_numpy()
     if rate_scale is not None and not (math.isfinite(rate_scale) and rate_scale > 0):
         raise PlannerError(f"--rate-scale {rate_scale}: expected a positive, finite factor")
     if qps is not None and not (math.isfinite(qps) and qps > 0):
         raise PlannerError(f"--qps {qps}: expected a positive, finite request rate")
+    if info.layout == "summary":
+        return _from_summary(con, info, rate_scale, qps, seed).with_shared_prefix(shared_prefix)
+    frame = _replayed(con, info)
+    if frame.height == 0:
+        raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
     if info.has_timestamps and frame["arrival"].null_count() == 0:
-        arrival = frame["arrival"].to_numpy().astype(float)
-        if qps is not None:
-            rate = arrival_rate_rps(arrival)
-            if rate is None:
-                raise PlannerError("--qps on a trace whose requests all arrive at once: use --rate-scale")
-            arrival = arrival * rate / qps
-        elif rate_scale is not None:
-            arrival = arrival / rate_scale
+        arrival = _scaled(frame["arrival"].to_numpy().astype(float), rate_scale, qps)
     elif qps is not None:
         arrival = poisson_or_gamma(frame.height, qps, np.random.default_rng(seed))
     else:
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
     label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     return _workload(frame, arrival, label).with_shared_prefix(shared_prefix)
+
+
+def _scaled(arrival: np.ndarray, rate_scale: float | None, qps: float | None) -> np.ndarray:
+    """Arrivals sped up ``rate_scale`` times or rescaled to ``qps`` (as they are with neither)."""
+    if qps is not None:
+        rate = arrival_rate_rps(arrival)
+        if rate is None:
+            raise PlannerError("--qps on a trace whose requests all arrive at once: use --rate-scale")
+        return arrival * rate / qps
+    return arrival / rate_scale if rate_scale is not None else arrival
+
+
+def _from_summary(con: duckdb.DuckDBPyConnection, info, rate_scale: float | None, qps: float | None,
+                  seed: int) -> SimWorkload:
+    """A summary's replay: as many requests as each second counted, spread evenly at random within it (seeded),
+    their lengths drawn from the fitted input and output distributions (they were counted apart, so drawn apart);
+    without arrivals, Poisson at ``qps``."""
+    from planner.sim.workload import from_fits
+    from planner.traces.summary import summary_arrival_counts
+    from planner.workload.fits import fit_length_field
+
+    fits = [fit_length_field(con, info.trace_id, fld) for fld in ("input_tokens", "output_tokens")]
+    rng = np.random.default_rng(seed)
+    if info.has_timestamps:
+        seconds, counts = summary_arrival_counts(con, info.trace_id)
+        arrival = np.sort(np.repeat(seconds.astype(float), counts) + rng.random(int(counts.sum())))
+        arrival = _scaled(arrival, rate_scale, qps)
+    elif qps is not None:
+        arrival = poisson_or_gamma(info.rows, qps, rng)
+    else:
+        raise PlannerError(f"summary {info.name!r} has no arrival_counts: give --qps for Poisson arrivals")
+    label = f"summary {info.name} (lengths drawn from {fits[0].best} / {fits[1].best})" + (
+        f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
+    return from_fits(*fits, n=arrival.size, qps=None, seed=seed, arrival_s=arrival, label=label)
 
 
 def _replayed(con: duckdb.DuckDBPyConnection, info, extra: str = "", where: str = "") -> pl.DataFrame:

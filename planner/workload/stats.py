@@ -25,24 +25,52 @@ def _expr(fld: str) -> str:
     return "(input_tokens + output_tokens)" if fld == "total_tokens" else store.quote_ident(fld)
 
 
-def percentile_block_sql(expr: str) -> str:
-    """SQL selecting ``mean, p50 … p999, max, n`` of an expression (NULLs ignored)."""
-    qs = ", ".join(repr(q) for q in PERCENTILES.values())
-    return f"avg({expr}), quantile_cont({expr}, [{qs}]), max({expr}), count({expr})"
+def percentile_blocks(cur, view: str, expr: str, where: str = "true", key: str = "NULL",
+                      quantiles: dict[str, float] = PERCENTILES, weight: str | None = None) -> dict:
+    """Exact percentile blocks (``mean, p50 … p999, max``, with ``n``) of ``expr`` over the rows of ``view`` that
+    pass ``where``, one per value of ``key`` (a constant key: one block), NULLs ignored.
 
+    Computed from counts per distinct value with a running sum over them, never by holding every value at once:
+    DuckDB's hash aggregate and window spill to disk, so memory stays bounded whatever the row count (a length
+    has a few thousand distinct values however long the trace). The ``k``-th order statistic is the smallest
+    value whose running count exceeds ``k``; a percentile interpolates linearly between the two around
+    ``q·(n − 1)``, as numpy's default does. ``quantiles`` names the percentiles (``{"p50": 0.5, …}``);
+    ``weight``, a column of ``view`` counting how many times each row's value occurs (a table of counts).
 
-def _block(mean, quantiles, maximum) -> dict | None:
-    if mean is None:
-        return None
-    block = {"mean": float(mean)}
-    block.update({k: float(v) for k, v in zip(PERCENTILES, quantiles, strict=True)})
-    block["max"] = float(maximum)
-    return block
+    Returns
+    -------
+    dict
+        Key value -> block; keys with no values are absent.
+    """
+    picks = []
+    for q in quantiles.values():
+        pos = f"{q!r} * (total - 1)"
+        picks.append(f"min(v) FILTER (WHERE upto > floor({pos})), min(v) FILTER (WHERE upto > ceil({pos}))")
+    rows = cur.execute(
+        f"WITH c AS (SELECT {key} AS g, {expr} AS v, {f'sum({weight})' if weight else 'count(*)'} AS n FROM {view} "
+        f"WHERE ({where}) AND {expr} IS NOT NULL "
+        f"GROUP BY ALL), "
+        f"r AS (SELECT g, v, n, sum(n) OVER (PARTITION BY g ORDER BY v ROWS UNBOUNDED PRECEDING) AS upto, "
+        f"sum(n) OVER (PARTITION BY g) AS total FROM c) "
+        f"SELECT g, max(total), sum(v * n) / sum(n), max(v), {', '.join(picks)} FROM r GROUP BY g ORDER BY g"
+    ).fetchall()
+    out = {}
+    for g, total, mean, maximum, *bounds in rows:
+        block = {"mean": float(mean)}
+        for i, (name, q) in enumerate(quantiles.items()):
+            lo, hi = float(bounds[2 * i]), float(bounds[2 * i + 1])
+            pos = q * (int(total) - 1)
+            block[name] = lo + (hi - lo) * (pos - math.floor(pos))
+        block["max"] = float(maximum)
+        block["n"] = int(total)
+        out[g] = block
+    return out
 
 
 def percentile_table(con: duckdb.DuckDBPyConnection, trace_id: str,
                      fields: tuple[str, ...] = LENGTH_FIELDS + LATENCY_FIELDS) -> dict[str, dict | None]:
-    """Percentile blocks (``mean, p50, p90, p95, p99, p999, max``) of each field over non-failed requests.
+    """Percentile blocks (``mean, p50, p90, p95, p99, p999, max``) of each field over non-failed requests
+    (:func:`percentile_blocks`).
 
     Returns
     -------
@@ -50,9 +78,11 @@ def percentile_table(con: duckdb.DuckDBPyConnection, trace_id: str,
         Field -> block, or None where the trace has no values for the field.
     """
     cur = con.cursor()
-    parts = ", ".join(percentile_block_sql(_expr(f)) for f in fields)
-    row = cur.execute(f"SELECT {parts} FROM {store.requests_view(trace_id)} WHERE NOT failed").fetchall()[0]
-    return {f: _block(*row[i * 4:i * 4 + 3]) for i, f in enumerate(fields)}
+    out = {}
+    for fld in fields:
+        block = percentile_blocks(cur, store.requests_view(trace_id), _expr(fld), "NOT failed").get(None)
+        out[fld] = None if block is None else {k: v for k, v in block.items() if k != "n"}
+    return out
 
 
 def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: float | None) -> dict | None:
@@ -69,23 +99,29 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
         return None
     span = float(span)
     gaps = cur.execute(
-        f"SELECT avg(g), stddev_pop(g) FROM (SELECT arrival - lag(arrival) OVER (ORDER BY arrival, \"row\") AS g "
+        # the gaps do not depend on how equal arrivals are ordered: sorting by arrival alone is half the work
+        f"SELECT avg(g), stddev_pop(g) FROM (SELECT arrival - lag(arrival) OVER (ORDER BY arrival) AS g "
         f"FROM {view} WHERE arrival IS NOT NULL AND NOT failed) WHERE g IS NOT NULL").fetchall()[0]
     mean_gap, sd_gap = gaps
     cv = float(sd_gap / mean_gap) if mean_gap else None
+    return arrival_block(n, span, cv, resolution_s, lambda width: cur.execute(
+        f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
+        f"GROUP BY floor((arrival - ?) / ?))", [first, width]).fetchall()[0][0])
+
+
+def arrival_block(n: int, span_s: float, cv: float | None, resolution_s: float | None, sum_sq) -> dict:
+    """The ``arrivals`` object of ``stats``: span, rate, inter-arrival CV and the dispersion of counts per bin of
+    each width, from ``sum_sq(width)``, the sum of squared counts over the bins that hold requests."""
     dispersion = {}
     for label, width in DISPERSION_BINS_S.items():
-        nbins = int(math.floor(span / width)) + 1
+        nbins = int(math.floor(span_s / width)) + 1
         # counts per bin, empty bins included: mean = n / nbins, variance from sum of squares
-        sum_sq = cur.execute(
-            f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
-            f"GROUP BY floor((arrival - ?) / ?))", [first, width]).fetchall()[0][0]
         mean = n / nbins
-        var = float(sum_sq) / nbins - mean * mean
+        var = float(sum_sq(width)) / nbins - mean * mean
         dispersion[label] = var / mean if nbins > 1 else None
     return {
-        "span_s": span,
-        "rate_rps": request_rate_rps(n, span),
+        "span_s": span_s,
+        "rate_rps": request_rate_rps(n, span_s),
         "interarrival_cv": cv,
         "timestamp_resolution_s": resolution_s,
         "dispersion": dispersion,
@@ -95,6 +131,10 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
 def trace_stats(con: duckdb.DuckDBPyConnection, trace_ref: str) -> dict:
     """The ``stats`` CLI object: counts, percentile blocks and arrival statistics of one trace."""
     info = store.get_trace(con, trace_ref)
+    if info.layout == "summary":
+        from planner.workload.summary_stats import summary_stats
+
+        return summary_stats(con, info)
     table = percentile_table(con, info.trace_id)
     result = {"trace_id": info.trace_id, "name": info.name, "rows": info.rows, "failed": info.failed,
               "rejected": info.rejected}

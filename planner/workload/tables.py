@@ -17,7 +17,7 @@ from planner.traces.queries import length_expr
 from planner.workload.fits import arrival_fit_dict, arrival_overview
 from planner.workload.replay import from_trace
 from planner.workload.reuse import DEFAULT_BLOCK_SIZE, ReuseAnalysis, workload_reuse
-from planner.workload.stats import LENGTH_FIELDS, PERCENTILES, percentile_block_sql
+from planner.workload.stats import LENGTH_FIELDS, PERCENTILES, percentile_blocks
 
 DEFAULT_BUCKET_EDGES = (512, 2048)
 JOINT_BINS_PER_OCTAVE = 2
@@ -58,20 +58,15 @@ def grouped_percentiles(con: duckdb.DuckDBPyConnection, trace_id: str, by: str,
         key = f"floor(arrival / {float(window_s)!r}) * {float(window_s)!r}"
     else:
         raise PlannerError(f"cannot group by {by!r}: expected 'model' or 'window'")
-    parts = ", ".join(percentile_block_sql(length_expr(f)) for f in LENGTH_FIELDS)
-    rows = con.cursor().execute(
-        f"SELECT {key} AS g, {parts} FROM {store.requests_view(trace_id)} WHERE NOT failed AND {key} IS NOT NULL "
-        f"GROUP BY g ORDER BY g").fetchall()
-    out = []
-    for row in rows:
-        for i, fld in enumerate(LENGTH_FIELDS):
-            mean, quantiles, maximum, n = row[1 + 4 * i:5 + 4 * i]
-            if not n:
-                continue
-            rec = {"group": row[0], "field": fld, "n": int(n), "mean": float(mean)}
-            rec.update({k: float(v) for k, v in zip(PERCENTILES, quantiles, strict=True)})
-            rec["max"] = float(maximum)
-            out.append(rec)
+    cur, view, out = con.cursor(), store.requests_view(trace_id), []
+    blocks = {fld: percentile_blocks(cur, view, length_expr(fld), f"NOT failed AND {key} IS NOT NULL", key)
+              for fld in LENGTH_FIELDS}
+    for group in sorted(set().union(*blocks.values())):
+        for fld in LENGTH_FIELDS:
+            block = blocks[fld].get(group)
+            if block is not None:
+                out.append({"group": group, "field": fld, "n": block["n"], "mean": block["mean"],
+                            **{k: block[k] for k in (*PERCENTILES, "max")}})
     return out
 
 

@@ -6,6 +6,7 @@ Raw inter-arrival statistics are meaningless when timestamps are coarse or quant
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,21 +69,125 @@ def dispersion_curve(arrivals_s: np.ndarray, widths_s=DISPERSION_WIDTHS_S) -> li
     return out
 
 
+def poisson_from_counts(width_s: float, bins: int, total: float, sum_sq: float) -> PoissonTest | None:
+    """The index-of-dispersion test from the moments of counts per bin: ``bins`` bins of ``width_s`` (empty ones
+    included) holding ``total`` requests, ``sum_sq`` the sum of squared counts (None if too few bins)."""
+    if bins < 10 or total <= 0:
+        return None
+    mean = total / bins
+    vmr = float((sum_sq - total * total / bins) / (bins - 1) / mean)
+    dof = bins - 1
+    stat = dof * vmr
+    p = float(min(1.0, 2 * min(stats.chi2.sf(stat, dof), stats.chi2.cdf(stat, dof))))
+    return PoissonTest(width_s, int(bins), vmr, p, p >= _POISSON_ALPHA)
+
+
+def poisson_width_s(n: int, span_s: float, min_bin_s: float = 0.0) -> float | None:
+    """The test's bin width: about ten requests per bin, never below ``min_bin_s`` (None without a span)."""
+    return max(_TARGET_COUNT_PER_BIN * span_s / n, min_bin_s) if span_s > 0 else None
+
+
 def poisson_test(arrivals_s: np.ndarray, min_bin_s: float = 0.0) -> PoissonTest | None:
     """Two-sided index-of-dispersion test with bins holding about ten requests each (None if too few bins)."""
     t = np.asarray(arrivals_s, dtype=float)
-    span = float(t.max() - t.min()) if t.size else 0.0
-    if span <= 0:
+    width = poisson_width_s(t.size, float(t.max() - t.min()) if t.size else 0.0, min_bin_s)
+    if width is None:
         return None
-    width = max(_TARGET_COUNT_PER_BIN * span / t.size, min_bin_s)
-    c = counts_per_bin(t, width)
-    if c.size < 10:
+    c = counts_per_bin(t, width).astype(float)
+    return poisson_from_counts(width, c.size, float(c.sum()), float(c @ c))
+
+
+@dataclass(frozen=True)
+class GapSummary:
+    """What the inter-arrival fit reads of a trace's gaps (between consecutive arrivals, sorted): from an array
+    (:func:`gap_summary`) or computed by DuckDB over a stored trace of any size
+    (:func:`planner.traces.queries.gap_summary_of_trace`).
+
+    Attributes
+    ----------
+    arrivals : int
+        Arrivals (gaps + 1).
+    span_s : float
+        Last arrival minus first.
+    mean_s, sd_s : float
+        Mean and population standard deviation of the gaps.
+    tie_fraction : float
+        Share of gaps at or below the tie threshold (half the clock's resolution).
+    positive_p5_s, positive_median_s : float or None
+        p5 and median of the gaps above it (None when there are none).
+    quantiles : dict
+        Exact p50/p90/p99 of all gaps.
+    x, w : ndarray
+        Every gap as distinct values and counts, or, past :data:`MAX_DISTINCT` gaps, a seeded sample of that many
+        with its counts scaled to the number of gaps.
+    """
+
+    arrivals: int
+    span_s: float
+    mean_s: float
+    sd_s: float
+    tie_fraction: float
+    positive_p5_s: float | None
+    positive_median_s: float | None
+    quantiles: dict[str, float]
+    x: np.ndarray
+    w: np.ndarray
+
+
+def tie_threshold_s(resolution_s: float | None) -> float:
+    """Gaps at or below half the clock's resolution are ties."""
+    return max(resolution_s or 0.0, 1e-12) * 0.5
+
+
+def gap_summary(arrivals_s: np.ndarray, resolution_s: float | None = None) -> GapSummary | None:
+    """:class:`GapSummary` of arrival times in any order (None with fewer than two gaps)."""
+    t = np.asarray(arrivals_s, dtype=float)
+    gaps = np.diff(t)
+    if np.any(gaps < 0):
+        t = np.sort(t)
+        gaps = np.diff(t)
+    if gaps.size < 2:
         return None
-    vmr = float(c.var(ddof=1) / c.mean())
-    dof = c.size - 1
-    stat = dof * vmr
-    p = float(min(1.0, 2 * min(stats.chi2.sf(stat, dof), stats.chi2.cdf(stat, dof))))
-    return PoissonTest(width, int(c.size), vmr, p, p >= _POISSON_ALPHA)
+    tie = tie_threshold_s(resolution_s)
+    positive = gaps[gaps > tie]
+    # gaps are continuous (nearly all distinct): a seeded draw stands in for them, weighted back to the full count
+    x, w = counts_of(gaps) if gaps.size <= MAX_DISTINCT else counts_of(
+        np.random.default_rng(0).choice(gaps, size=MAX_DISTINCT))
+    return GapSummary(int(t.size), float(t[-1] - t[0]), float(gaps.mean()), float(gaps.std()),
+                      float(np.mean(gaps <= tie)),
+                      float(np.percentile(positive, 5)) if positive.size else None,
+                      float(np.median(positive)) if positive.size else None,
+                      dict(zip(QUANTILES, map(float, np.quantile(gaps, list(QUANTILES.values()))), strict=True)),
+                      x, w * (gaps.size / w.sum()))
+
+
+def fit_gaps(gaps: GapSummary | None, resolution_s: float | None,
+             poisson: Callable[[float], PoissonTest | None]) -> ArrivalFit:
+    """Fit the gaps a :class:`GapSummary` holds, flag a quantized clock and run the Poisson test.
+
+    Parameters
+    ----------
+    poisson : callable
+        The Poisson test at a minimum bin width (:func:`poisson_test` of the arrivals, or its SQL twin).
+    """
+    if gaps is None:
+        return ArrivalFit(0, None, 0.0, False, None, None, None)
+    tie = tie_threshold_s(resolution_s)
+    ties = gaps.tie_fraction
+    # Ties alone do not make a clock coarse: a bursty process read at 1 ms has many. A coarse clock also puts
+    # the positive gaps on a grid, so even the short ones are about as long as the typical one.
+    quantized = bool(ties > _TIE_FRACTION_QUANTIZED and gaps.positive_median_s is not None
+                     and gaps.positive_p5_s >= _GRID_RATIO * gaps.positive_median_s)
+    quantum = gaps.positive_median_s if quantized else None
+    cv = gaps.sd_s / gaps.mean_s if gaps.mean_s > 0 else None
+    test = poisson(10 * quantum if quantum else 0.0)
+    try:
+        # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
+        fit = fit_lengths(gaps.x, gaps.w, families=INTERARRIVAL_FAMILIES, detect=False,
+                          floor=max(resolution_s or 0.0, tie) if ties else None)
+    except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
+        fit = None
+    return ArrivalFit(gaps.arrivals, cv, ties, quantized, quantum, test, fit, gaps.quantiles)
 
 
 def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> ArrivalFit:
@@ -96,33 +201,10 @@ def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> A
         The timestamp resolution found at ingest; gaps at or below it count as ties.
     """
     t = np.asarray(arrivals_s, dtype=float)
-    gaps = np.diff(t)
-    if np.any(gaps < 0):
-        t = np.sort(t)
-        gaps = np.diff(t)
-    if gaps.size < 2:
+    summary = gap_summary(t, resolution_s)
+    if summary is None:
         return ArrivalFit(int(t.size), None, 0.0, False, None, None, None)
-    tie = max(resolution_s or 0.0, 1e-12) * 0.5
-    ties = float(np.mean(gaps <= tie))
-    positive = gaps[gaps > tie]
-    # Ties alone do not make a clock coarse: a bursty process read at 1 ms has many. A coarse clock also puts
-    # the positive gaps on a grid, so even the short ones are about as long as the typical one.
-    quantized = bool(ties > _TIE_FRACTION_QUANTIZED and positive.size
-                     and np.percentile(positive, 5) >= _GRID_RATIO * np.median(positive))
-    quantum = float(np.median(positive)) if quantized else None
-    cv = float(gaps.std() / gaps.mean()) if gaps.mean() > 0 else None
-    poisson = poisson_test(t, min_bin_s=10 * quantum if quantum else 0.0)
-    # gaps are continuous (nearly all distinct): a seeded draw stands in for them, weighted back to the full count
-    x, w = counts_of(gaps) if gaps.size <= MAX_DISTINCT else counts_of(
-        np.random.default_rng(0).choice(gaps, size=MAX_DISTINCT))
-    try:
-        # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
-        fit = fit_lengths(x, w * (gaps.size / w.sum()), families=INTERARRIVAL_FAMILIES, detect=False,
-                          floor=max(resolution_s or 0.0, tie) if ties else None)
-    except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
-        fit = None
-    gap_quantiles = dict(zip(QUANTILES, map(float, np.quantile(gaps, list(QUANTILES.values()))), strict=True))
-    return ArrivalFit(int(t.size), cv, ties, quantized, quantum, poisson, fit, gap_quantiles)
+    return fit_gaps(summary, resolution_s, lambda min_bin_s: poisson_test(t, min_bin_s))
 
 
 def rate_series(arrivals_s: np.ndarray, width_s: float) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,171 @@
+"""How a source's rows become canonical rows: the SQL that casts and checks each value, resolving time and latency
+units from a sample, and builds a reason only for a bad row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.traces.hash_ids import hash_ids_sql
+from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, latency_unit, normalize
+from planner.traces.sources import Source, sql_str
+from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind
+
+_SAMPLE_ROWS = 20_000
+OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
+                    "e2e_ms": "DOUBLE", "status": "VARCHAR", "service": "VARCHAR", "hash_ids": "BIGINT[]"}
+_TEXT_FIELDS = tuple(f for f, sql_type in OPTIONAL_FIELDS.items() if sql_type == "VARCHAR")
+_FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
+_MAX_WHOLE_TOKENS = 2.0 ** 53
+
+
+def _sample(cur, source: Source, expr: str) -> list[str]:
+    # execute, not sql(): a relation binds its query (sniffing the file again) and then binds it once more to run
+    rows = cur.execute(f"SELECT CAST({expr} AS VARCHAR) AS v FROM {source.sample_sql} "
+                       f"WHERE v IS NOT NULL AND trim(v) <> '' LIMIT {_SAMPLE_ROWS}").fetchall()
+    return [r[0] for r in rows]
+
+
+def _median(values: list[str]) -> float | None:
+    nums = sorted(float(v) for v in values if _is_float(v))
+    return nums[len(nums) // 2] if nums else None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The SQL that turns source rows into canonical rows plus, for a bad row, its reason and raw text."""
+
+    select_sql: str
+    units: dict[str, str]
+    time_kind: TimeKind | None
+    stored: frozenset[str]  # optional canonical fields the data table holds
+    failed_sql: str         # the failed flag over the data table's columns
+    many_files: bool        # read from several files
+    file_column: bool       # the data table has a ``file`` column: each row's index in the source's files
+
+
+def _label(fld: str, column: str) -> str:
+    return sql_str(f"{fld} (column {column!r})")
+
+
+def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
+    """Build the parsing SQL for a source and mapping, resolving time and latency units from a sample.
+
+    The hot path only casts and tests each value; reason strings are built for bad rows alone.
+    """
+    cols = source.columns
+    text = {fld: f"CAST({cols[col]} AS VARCHAR)" for fld, col in mapping.columns.items()}
+    # a column the reader already types as a number is read as one: a round trip through text costs as much
+    # as the rest of the parse (the text is built only for a bad row's reason)
+    value = {fld: cols[col] if col in source.numeric else text[fld] for fld, col in mapping.columns.items()}
+    units = dict(mapping.units)
+    time_kind = None
+    input_ok = "false"
+    parsed: list[str] = []
+    bad: list[str] = []
+    reasons: list[str] = []
+
+    def blank(fld: str) -> str:
+        if value[fld] is not text[fld]:
+            return f"({value[fld]} IS NULL)"
+        v = text[fld]
+        return f"({v} IS NULL OR trim({v}) = '')"
+
+    for fld in ("input_tokens", "output_tokens"):
+        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
+        if source.is_integer(mapping.columns[fld]):
+            # whole by its type: only sign and size to test, no round trip through a double
+            parsed.append(f"{value[fld]} AS {x}")
+            ok = f"coalesce({x} >= 0 AND {x} < {int(_MAX_WHOLE_TOKENS)}, false)"
+            reasons.append(f"CASE WHEN {x} IS NULL THEN {lab} || ': missing' "
+                           f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
+                           f"WHEN {x} >= {int(_MAX_WHOLE_TOKENS)} THEN {lab} || ': ' || {v} || "
+                           "' is not a whole number of tokens' END")
+        else:
+            parsed.append(f"TRY_CAST({value[fld]} AS DOUBLE) AS {x}")
+            # NaN compares above everything in DuckDB, so the upper bound also rejects NaN and inf
+            ok = f"coalesce({x} >= 0 AND {x} = floor({x}) AND {x} < {_MAX_WHOLE_TOKENS!r}, false)"
+            reasons.append(
+                f"CASE WHEN {blank(fld)} THEN {lab} || ': missing' "
+                f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
+                f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
+                f"WHEN {x} <> floor({x}) OR {x} >= {_MAX_WHOLE_TOKENS!r} "
+                f"THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' END")
+        if fld == "input_tokens":
+            input_ok = ok
+        bad.append(f"NOT {ok}")
+    if "arrival" in mapping.columns:
+        time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
+        units["arrival"] = time_kind.kind
+        v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
+        parsed.append(f"{arrival_sql(value['arrival'], time_kind)} AS __arrival")
+        bad.append("NOT coalesce(isfinite(__arrival), false)")
+        reasons.append(f"CASE WHEN {blank('arrival')} THEN {lab} || ': missing' "
+                       f"WHEN NOT coalesce(isfinite(__arrival), false) "
+                       f"THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' END")
+    for fld in LATENCY_FIELDS:
+        if fld not in mapping.columns:
+            continue
+        unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
+                            if units[fld] == "auto" else None)
+        units[fld] = unit
+        v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
+        parsed.append(f"TRY_CAST({value[fld]} AS DOUBLE) * {LATENCY_UNITS[unit]!r} AS {x}")
+        # a missing latency is fine (NULL); an unreadable or negative one is not
+        bad.append(f"(NOT coalesce({x} >= 0 AND isfinite({x}), false) AND NOT {blank(fld)})")
+        reasons.append(f"CASE WHEN {blank(fld)} THEN NULL "
+                       f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
+                       f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' END")
+    for fld in _TEXT_FIELDS:
+        if fld in mapping.columns:
+            parsed.append(f"nullif({text[fld]}, '') AS __{fld}")
+    if "hash_ids" in mapping.columns:   # nothing parsed, tested or stored for a trace without them
+        label = _label("hash_ids", mapping.columns["hash_ids"])
+        for part, sql in zip((parsed, bad, reasons), hash_ids_sql(cur, source, mapping, input_ok, label), strict=True):
+            part.append(sql)
+
+    status_failed = "false"
+    if "status" in mapping.columns:
+        if normalize(mapping.columns["status"]) in ("error", "errors"):
+            status_failed = "__status IS NOT NULL"
+        else:
+            status_failed = (f"coalesce(regexp_matches(lower(__status), '{_FAILURE_WORDS}') "
+                             f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")
+
+    many_files = len(source.files) > 1
+    # which of the reader's files a row came from (DuckDB's virtual column), for a reject to name it; Parquet
+    # files say their row counts in their footers, which place every row without a column
+    file_column = many_files and source.format != "parquet"
+    if file_column:
+        parsed.append("file_index AS __file")
+    bad_sql = " OR ".join(bad)
+    # Every stored column costs about a tenth of a bare load's time, all-NULL or not, so the data table holds only
+    # what the view needs: the fields the source has (the view adds the rest as NULL), a failed flag only where a
+    # status takes a test to read (zero output tokens is tested in the view), and one reject column.
+    optional = [f"__{fld} AS {fld}" for fld in OPTIONAL_FIELDS if fld in mapping.columns]
+    stored_failed = status_failed != "false"
+    final = [
+        *(["__arrival AS arrival_abs"] if time_kind else []),
+        # rejected rows keep whatever casts (the view hides them); TRY_CAST keeps NaN/inf from failing the load
+        "TRY_CAST(__input_tokens AS BIGINT) AS input_tokens",
+        "TRY_CAST(__output_tokens AS BIGINT) AS output_tokens",
+        *optional,
+        *([f"(__output_tokens = 0 OR {status_failed}) AS failed"] if stored_failed else []),
+        *(["CAST(__file AS UINTEGER) AS file"] if file_column else []),
+        # [reason, raw text] of a bad row, NULL for a good one: a list stores nothing for NULL rows, where a STRUCT
+        # or two text columns store a NULL per row (and cost as much as any other column)
+        f"CASE WHEN {bad_sql} THEN [concat_ws('; ', {', '.join(reasons)}), {source.raw_row_sql()}] END AS reject",
+    ]
+    # two flat levels: casts, then checks (a third level for a shared "bad" flag costs a third more time)
+    select_sql = f"SELECT {', '.join(final)} FROM (SELECT *, {', '.join(parsed)} FROM {source.reader_sql})"
+    # a stored row is a good one: its output_tokens is the parsed count itself
+    failed_sql = "failed" if stored_failed else "output_tokens = 0"
+    return _Plan(select_sql, units, time_kind, frozenset(f for f in OPTIONAL_FIELDS if f in mapping.columns),
+                 failed_sql, many_files, file_column)
