@@ -17,6 +17,10 @@ s, _ = current()
 fit_n = st.number_input("Fit check: sequences of max_model_len", 1, 100_000, 32, key="fit_n", **URL,
                         help="The smallest TP degree with room for this many requests of max_model_len tokens")
 info = selected_trace()
+if info and info.layout == "summary":      # counts of each length apart: no request's final length to fit
+    st.caption(f"{info.name} is a summary: it keeps no requests, so the capacity below is not checked against "
+               "its requests' lengths.")
+    info = None
 try:
     report = capacity_report(s, lengths=request_lengths(info.trace_id) if info else None,
                              fit=(int(fit_n), s.max_model_len),

@@ -24,6 +24,16 @@ if info is None:
 
 tab_lengths, tab_arrivals, tab_joint, tab_latency, tab_reuse = st.tabs(
     ["Lengths", "Arrivals", "Joint", "Latency", "Prefix reuse"], key="view", on_change="rerun", bind="query-params")
+# a trace stored as its summary has exact length counts, per-second arrivals and latency histograms, no requests
+summary = info.layout == "summary"
+if summary:
+    for tab in (tab_arrivals, tab_joint, tab_latency):
+        if tab.open:
+            with tab:
+                st.info("This trace is a summary (`ingest --summary`): it counts lengths and arrivals per second "
+                        "but keeps no requests, so this view has nothing to show. Its rate, dispersion and "
+                        "latency percentiles (from histograms) are on the **Overview** page; its length fits "
+                        "are under **Lengths**.")
 
 if tab_lengths.open:
     with tab_lengths:
@@ -58,8 +68,9 @@ if tab_lengths.open:
         show_table(percentile_rows({f: stats[f] for f in LENGTH_FIELDS}), "length_percentiles",
                    column_config=NUMBER)
         window_label = st.selectbox("Time window", list(WINDOWS), key="window", **URL,
-                                    disabled=not info.has_timestamps)
-        report = workload_report(info.trace_id, WINDOWS[window_label], DEFAULT_BUCKET_EDGES)
+                                    disabled=not info.has_timestamps or summary)
+        report = {"per_model": [], "per_window": []} if summary else \
+            workload_report(info.trace_id, WINDOWS[window_label], DEFAULT_BUCKET_EDGES)
         if report["per_model"]:
             st.markdown("**Per model**")
             show_table(report["per_model"], "per_model", column_config=NUMBER)
@@ -67,7 +78,7 @@ if tab_lengths.open:
             st.markdown(f"**Per {report['window_s']:g} s window** (group = window start, s from the first request)")
             show_table(report["per_window"], "per_window", column_config=NUMBER)
 
-if tab_arrivals.open:
+if tab_arrivals.open and not summary:
     with tab_arrivals:
         report = workload_report(info.trace_id, None, DEFAULT_BUCKET_EDGES)
         arrivals = report["arrivals"]
@@ -104,7 +115,7 @@ if tab_arrivals.open:
                              "params": ", ".join(f"{k}={v:.4g}" for k, v in c["params"].items())}
                             for c in fit["candidates"]], "gap_fits", column_config=NUMBER)
 
-if tab_joint.open:
+if tab_joint.open and not summary:
     with tab_joint:
         report = workload_report(info.trace_id, None, DEFAULT_BUCKET_EDGES)
         rho = report["spearman_input_output"]
@@ -112,7 +123,7 @@ if tab_joint.open:
                   help="Rank correlation over non-failed requests; near 0 means lengths can be sampled independently")
         st.altair_chart(charts.joint_heatmap(report["joint_histogram"]), key="joint")
 
-if tab_latency.open:
+if tab_latency.open and not summary:
     with tab_latency:
         edges_text = st.text_input("Length bucket edges (tokens)", value="512,2048", key="buckets",
                                    **URL, help="Comma-separated; 512,2048 gives 0–512, 512–2048, 2048+")

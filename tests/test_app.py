@@ -324,3 +324,40 @@ def test_traces_page_reads_a_glob_on_the_server_only_where_the_deployment_allows
     assert metrics(at)["Stored"] == "7"
     assert "shared-traces" not in list(table_with(at, "created")["name"]) and \
         "day" in list(table_with(at, "created")["name"])
+
+
+def test_every_page_opens_on_a_trace_stored_as_its_summary(tmp_path, monkeypatch):
+    """A summary keeps no requests: the pages show what it holds (stats, length fits, recommendations, a report)
+    and say plainly where a view needs requests, instead of failing."""
+    import duckdb
+
+    from planner.traces.ingest import ingest_file
+    from planner.traces.samples import SAMPLE_PATH
+    from planner.traces.summary import ingest_summary, summary_statements
+
+    con = store.open_store(tmp_path / "app.duckdb")
+    info = ingest_file(con, SAMPLE_PATH, name="sample_chat")
+    con.execute(f"COPY (SELECT arrival AS arrival_s, input_tokens, output_tokens, ttft_ms, tpot_ms, e2e_ms, failed "
+                f"FROM {store.requests_view(info.trace_id)}) TO '{tmp_path / 'r.parquet'}'")
+    warehouse = duckdb.connect()
+    warehouse.execute(f"CREATE VIEW requests AS SELECT * FROM read_parquet('{tmp_path / 'r.parquet'}')")
+    (tmp_path / "summary").mkdir()
+    for name, sql in summary_statements().items():
+        warehouse.execute(f"COPY ({sql}) TO '{tmp_path / 'summary' / (name + '.parquet')}'")
+    ingest_summary(con, tmp_path / "summary", name="summ")
+    con.close()
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["trace"] = "summ"
+    at.run()
+    for page in ("pages/overview.py", "pages/workload.py", "pages/memory.py", "pages/simulate.py",
+                 "pages/recommend.py"):
+        at.switch_page(page).run()
+        assert not at.exception, page
+    for view in ("Arrivals", "Joint", "Latency"):
+        at.query_params["view"] = view
+        at.switch_page("pages/workload.py").run()
+        assert not at.exception and any("This trace is a summary" in i.value for i in at.info), view
+    at.switch_page("pages/report.py").run()
+    at.button(key="report_build").click().run()
+    assert not at.exception

@@ -123,7 +123,9 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
 
     report(0.15, "memory plan and prefix reuse")
     reuse = trace_reuse(con, info.trace_id, shared_prefix=options.shared_prefix, block_size=scenario.block_size)
-    memory = capacity_report(scenario, lengths=request_lengths(con, info.trace_id), reuse=reuse)
+    # a summary counts input and output lengths apart: no request's final length to check capacity against
+    lengths = None if info.layout == "summary" else request_lengths(con, info.trace_id)
+    memory = capacity_report(scenario, lengths=lengths, reuse=reuse)
     specs["memory_breakdown"] = capacity_charts.breakdown_bar(memory.plan).to_dict()
     specs["concurrency"] = capacity_charts.concurrency_chart(memory.concurrency_curve, memory.trace).to_dict()
     if memory.prefix_cache:

@@ -43,9 +43,18 @@ def length_counts(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str) -> tu
     return np.asarray(x, dtype=float), np.asarray(w, dtype=float)
 
 
+def _requests_of(con: duckdb.DuckDBPyConnection, trace_id: str, what: str) -> str:
+    """The trace's requests view; a trace stored as its summary has none, and says so."""
+    from planner.traces.summary import is_summary
+
+    if is_summary(con, trace_id):
+        raise PlannerError(f"trace {trace_id} is a summary: {what} needs each request, which a summary does not keep")
+    return store.requests_view(trace_id)
+
+
 def request_lengths(con: duckdb.DuckDBPyConnection, trace_id: str) -> tuple[np.ndarray, np.ndarray]:
     """Input and output tokens of every non-failed request, in arrival order."""
-    frame = con.cursor().sql(f"SELECT input_tokens, output_tokens FROM {store.requests_view(trace_id)} "
+    frame = con.cursor().sql(f"SELECT input_tokens, output_tokens FROM {_requests_of(con, trace_id, 'lengths')} "
                              f"WHERE NOT failed ORDER BY arrival NULLS LAST, \"row\"").pl()
     return frame["input_tokens"].to_numpy().astype(float), frame["output_tokens"].to_numpy().astype(float)
 
@@ -53,7 +62,7 @@ def request_lengths(con: duckdb.DuckDBPyConnection, trace_id: str) -> tuple[np.n
 def arrival_times(con: duckdb.DuckDBPyConnection, trace_id: str) -> np.ndarray:
     """Arrival times (s from the trace's first request) of the non-failed requests (those the planner replays),
     ascending."""
-    rel = con.cursor().sql(f"SELECT arrival FROM {store.requests_view(trace_id)} "
+    rel = con.cursor().sql(f"SELECT arrival FROM {_requests_of(con, trace_id, 'arrival times')} "
                            f"WHERE arrival IS NOT NULL AND NOT failed ORDER BY arrival")
     return rel.pl().to_series().to_numpy().astype(float)
 

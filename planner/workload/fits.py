@@ -62,8 +62,9 @@ def length_fit_dict(fld: str, fit: LengthFit) -> dict:
 
 
 def arrival_overview(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> dict | None:
-    """Everything the arrival views show: fits, Poisson test, dispersion curve and peak rates (None without times)."""
-    if not info.has_timestamps:
+    """Everything the arrival views show: fits, Poisson test, dispersion curve and peak rates (None without times,
+    and for a summary, which keeps no gaps: its rate and dispersion are in its ``stats``)."""
+    if not info.has_timestamps or info.layout == "summary":
         return None
     t = arrival_times(con, info.trace_id)
     if t.size < 3:

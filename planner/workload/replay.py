@@ -97,6 +97,9 @@ def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[
     """A trace's replay workload (its own arrivals and prefix identity) with each request's measured TTFT and TPOT
     in seconds (NaN where absent), in the workload's order."""
     info = store.get_trace(con, trace_ref)
+    if info.layout == "summary":
+        raise PlannerError(f"trace {info.name!r} is a summary: its latencies are histograms, not each request's; "
+                           "calibrating and comparing latencies need the requests")
     if not info.has_timestamps:
         raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
     frame = _replayed(con, info, ", ttft_ms, tpot_ms", " AND arrival IS NOT NULL")
