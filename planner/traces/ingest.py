@@ -21,7 +21,7 @@ from planner.traces.content_hash import ContentHash
 from planner.traces.files import FileSet, resolve_files
 from planner.traces.layouts import detect_mapping
 from planner.traces.parsing import OPTIONAL_FIELDS, plan_parse
-from planner.traces.row_numbers import FileRows, row_sql, structural_rejects
+from planner.traces.row_numbers import FileRows, number_dropped, row_sql, structural_rejects
 from planner.traces.sources import Dialect, open_source, read_error
 from planner.traces.timestamps import seconds_sql
 
@@ -167,10 +167,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             report(0.9, "collecting rejects")
             structural = structural_rejects(cur, source)
             spans = FileRows.count(cur, data, source, structural, plan.file_column) if plan.many_files else None
-            # a dropped line's trace row number: its file's first row plus its place in the file
-            dropped = [((spans.first_row[f] - 1 if spans else 0) + row, raw,
-                        f"{spans.names[f]} row {row}: {reason}" if spans else reason)
-                       for f, row, raw, reason in structural]
+            dropped = number_dropped(structural, spans)
             time_kind = plan.time_kind
             has_time = time_kind is not None
             first_arrival = seconds_sql("min(arrival_abs) FILTER (reject IS NULL)", time_kind) if has_time else "NULL"

@@ -29,14 +29,15 @@ def length_expr(fld: str) -> str:
 def length_counts(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values of a length field over non-failed requests, ascending, with their counts (a trace stored
     as its summary has them as they are)."""
-    from planner.traces.summary import is_summary, summary_length_counts
+    from planner.traces.summary import is_summary, summary_length_counts_sql
 
     if is_summary(con, trace_id):
-        return summary_length_counts(con, trace_id, fld)
-    expr = length_expr(fld)
-    rows = con.cursor().execute(
-        f"SELECT {expr} AS v, count(*) FROM {store.requests_view(trace_id)} "
-        f"WHERE NOT failed AND {expr} IS NOT NULL GROUP BY v ORDER BY v").fetchall()
+        sql = summary_length_counts_sql(trace_id, fld)
+    else:
+        expr = length_expr(fld)
+        sql = (f"SELECT {expr} AS v, count(*) FROM {store.requests_view(trace_id)} "
+               f"WHERE NOT failed AND {expr} IS NOT NULL GROUP BY v ORDER BY v")
+    rows = con.cursor().execute(sql).fetchall()
     if not rows:
         return np.empty(0), np.empty(0)
     x, w = zip(*rows, strict=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.traces.sources import Source, path_sql, sql_str
+from planner.traces.sources import Source, files_sql, sql_str
 
 
 def structural_rejects(cur, source: Source) -> list[tuple[int, int, str, str]]:
@@ -27,6 +27,7 @@ class FileRows:
     names: list[str]
     first_row: list[int]        # trace row number of each file's first row
     source_rows: list[int]      # each file's rows, stored and rejected
+    file_column: bool           # the data table names each row's file (else the rows place it: Parquet)
 
     @classmethod
     def count(cls, cur, data: str, source: Source, structural: list[tuple[int, int, str, str]],
@@ -36,8 +37,8 @@ class FileRows:
         if file_column:
             stored = dict(cur.execute(f"SELECT file, count(*) FROM {data} GROUP BY file").fetchall())
         else:
-            listed = "[" + ", ".join(path_sql(p) for p in files) + "]"
-            by_name = dict(cur.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({listed})").fetchall())
+            by_name = dict(cur.execute(f"SELECT file_name, num_rows FROM parquet_file_metadata({files_sql(files)})")
+                           .fetchall())
             stored = {i: int(by_name[str(p)]) for i, p in enumerate(files)}
         dropped = [0] * len(files)
         for f, *_ in structural:
@@ -45,8 +46,6 @@ class FileRows:
         rows = [stored.get(i, 0) + dropped[i] for i in range(len(files))]
         first = [1 + sum(rows[:i]) for i in range(len(files))]
         return cls([p.name for p in files], first, rows, file_column)
-
-    file_column: bool = True
 
     def prefix_sql(self, number_sql: str) -> str:
         """SQL naming a stored row's file and its row within it (``number_sql``: its trace row number), for a
@@ -57,6 +56,16 @@ class FileRows:
                  f"len(list_filter({self.first_row!r}, lambda f: f <= {number_sql}))")
         return (f"{names}[{index}] || ' row ' || CAST({number_sql} - {self.first_row!r}[{index}] + 1 AS "
                 "VARCHAR) || ': '")
+
+
+def number_dropped(structural: list[tuple[int, int, str, str]],
+                   spans: FileRows | None) -> list[tuple[int, str, str]]:
+    """The dropped lines as ``(trace row, raw, reason)``: a file's first row plus its place in the file, the reason
+    naming the file where there are several."""
+    if spans is None:
+        return [(row, raw, reason) for _, row, raw, reason in structural]
+    return [(spans.first_row[f] - 1 + row, raw, f"{spans.names[f]} row {row}: {reason}")
+            for f, row, raw, reason in structural]
 
 
 def row_sql(structural: list[tuple[int, str, str]], first_rowid: int = 0) -> str:

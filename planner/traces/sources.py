@@ -219,7 +219,7 @@ def path_sql(path: Path) -> str:
     return sql_str(re.sub(r"[*?\[]", lambda m: f"[{m.group(0)}]", str(path)))
 
 
-def _files_sql(paths: Sequence[Path]) -> str:
+def files_sql(paths: Sequence[Path]) -> str:
     """A reader's file argument: one path literal, or a list of them (DuckDB reads a list as one relation)."""
     if len(paths) == 1:
         return path_sql(paths[0])
@@ -267,7 +267,7 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
     elif fmt != "parquet" and not head.strip():
         raise PlannerError(f"{path.name} is empty; expected a trace with a header row and at least one request")
     _same_kind(paths, compression, fmt, detected)
-    p = _files_sql(paths)
+    p = files_sql(paths)
     many = tuple(paths) if len(paths) > 1 else ()
     comp = sql_str(compression)
     notes: list[str] = []

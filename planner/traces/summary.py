@@ -174,17 +174,13 @@ def _load(cur, trace_id: str, table: SummaryTable, paths: list[Path]) -> str:
     return source.format
 
 
-def summary_length_counts(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str) -> tuple[np.ndarray, np.ndarray]:
-    """A summary's distinct lengths of ``fld`` (ascending) and their counts."""
+def summary_length_counts_sql(trace_id: str, fld: str) -> str:
+    """SQL selecting a summary's distinct lengths of ``fld`` (ascending) and their counts."""
     if fld not in ("input_tokens", "output_tokens"):
         raise PlannerError(f"{fld}: a summary holds input_tokens and output_tokens counts apart (their sum needs "
                            "each request); expected input_tokens or output_tokens")
-    rows = con.cursor().execute(f"SELECT tokens, requests FROM {summary_table(trace_id, 'length_counts')} "
-                                "WHERE field = $f ORDER BY tokens", {"f": fld}).fetchall()
-    if not rows:
-        return np.empty(0), np.empty(0)
-    x, w = zip(*rows, strict=True)
-    return np.asarray(x, dtype=float), np.asarray(w, dtype=float)
+    return (f"SELECT tokens, requests FROM {summary_table(trace_id, 'length_counts')} WHERE field = '{fld}' "
+            "ORDER BY tokens")
 
 
 def summary_arrival_counts(con: duckdb.DuckDBPyConnection, trace_id: str) -> tuple[np.ndarray, np.ndarray]:

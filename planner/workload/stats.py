@@ -67,6 +67,11 @@ def percentile_blocks(cur, view: str, expr: str, where: str = "true", key: str =
     return out
 
 
+def block_without_count(block: dict | None) -> dict | None:
+    """A :func:`percentile_blocks` block as ``stats`` shows it: without its count ``n``."""
+    return None if block is None else {k: v for k, v in block.items() if k != "n"}
+
+
 def percentile_table(con: duckdb.DuckDBPyConnection, trace_id: str,
                      fields: tuple[str, ...] = LENGTH_FIELDS + LATENCY_FIELDS) -> dict[str, dict | None]:
     """Percentile blocks (``mean, p50, p90, p95, p99, p999, max``) of each field over non-failed requests
@@ -81,7 +86,7 @@ def percentile_table(con: duckdb.DuckDBPyConnection, trace_id: str,
     out = {}
     for fld in fields:
         block = percentile_blocks(cur, store.requests_view(trace_id), _expr(fld), "NOT failed").get(None)
-        out[fld] = None if block is None else {k: v for k, v in block.items() if k != "n"}
+        out[fld] = block_without_count(block)
     return out
 
 

@@ -7,7 +7,7 @@ import duckdb
 
 from planner.traces import store
 from planner.traces.summary import LOG2_BINS_PER_OCTAVE, summary_span_s, summary_table
-from planner.workload.stats import LENGTH_FIELDS, arrival_block, percentile_blocks
+from planner.workload.stats import LENGTH_FIELDS, arrival_block, block_without_count, percentile_blocks
 
 # a latency read from its log2 bin's middle is within half a bin of the truth
 HISTOGRAM_RELATIVE_ERROR = 2 ** (0.5 / LOG2_BINS_PER_OCTAVE) - 1
@@ -24,7 +24,7 @@ def summary_stats(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> dict
     for fld in LENGTH_FIELDS:
         block = percentile_blocks(cur, lengths, "tokens", f"field = '{fld}'", weight="requests").get(None) \
             if fld != "total_tokens" else None
-        result[fld] = None if block is None else {k: v for k, v in block.items() if k != "n"}
+        result[fld] = block_without_count(block)
     result["latency_ms"] = {}
     histograms = _latency_from_histograms(cur, tid)
     if histograms:
@@ -56,7 +56,7 @@ def _latency_from_histograms(cur, tid: str) -> dict:
             middle = f"power(2, (log2_bin + 0.5) / {LOG2_BINS_PER_OCTAVE})"
             block = percentile_blocks(cur, table, middle, f"metric = '{metric}'", weight="requests").get(None)
             if block is not None:
-                out[metric.removesuffix("_ms")] = {k: v for k, v in block.items() if k != "n"}
+                out[metric.removesuffix("_ms")] = block_without_count(block)
         return out
     except duckdb.CatalogException:      # the summary has no latency_histograms
         return {}
