@@ -13,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 COPY requirements.txt .
 # the service needs no test tools, nor Spark (summaries are made where the logs are): drop them from the same list
-RUN grep -viE '^(pytest|hypothesis|pytest-playwright|playwright|pyspark)\b' requirements.txt > /tmp/runtime.txt \
+RUN grep -viE '^(pytest|hypothesis|pytest-playwright|playwright|oidc-provider-mock|pyspark)\b' requirements.txt > /tmp/runtime.txt \
     && pip install -r /tmp/runtime.txt \
     && useradd --system --uid 10001 --user-group --home-dir /app --shell /usr/sbin/nologin planner \
     && mkdir -p /data && chown planner:planner /data
@@ -29,4 +29,5 @@ VOLUME ["/data"]
 EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8501/_stcore/health', timeout=4).read() != b'ok')"]
-ENTRYPOINT ["python", "-m", "streamlit", "run", "app.py", "--server.port=8501", "--server.address=0.0.0.0"]
+# checks the deployment (sign-in settings, the store's volume), then becomes the Streamlit server
+ENTRYPOINT ["python", "-m", "planner", "serve", "--port=8501", "--address=0.0.0.0"]

@@ -16,7 +16,7 @@ $(STAMP): requirements.txt
 	@touch $@
 
 run: $(STAMP)
-	$(PY) -m streamlit run app.py --server.port=$(PORT)
+	$(PY) -m planner serve --port=$(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

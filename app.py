@@ -8,20 +8,27 @@ import streamlit as st
 from pages._prefix import declared_prefix_input
 from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, set_current
 from pages._search import search_controls
-from pages._shared import connection, sign_in_configured, signed_in, workspace_owner
+from pages._shared import connection
+from pages._signin import deployment_sign_in, signed_in, workspace_owner
 from planner.traces import store
 
 st.set_page_config(page_title="LLM capacity planner", page_icon=":material/speed:", layout="wide")
 
+sign_in = deployment_sign_in()          # a misconfigured sign-in stops here: nothing is served
 if st.query_params.get("report"):
     st.navigation([st.Page("pages/report_view.py", title="Shared report", url_path="shared")],
                   position="hidden").run()
     st.stop()
 
-if sign_in_configured() and not signed_in():
+if sign_in is not None and not signed_in():
     st.title("LLM capacity planner")
     st.write("Sign in to see your workspace: your traces are listed to you only. Report links work without it.")
     st.button("Sign in", type="primary", on_click=st.login, key="sign_in")
+    st.stop()
+if sign_in is not None and (refusal := sign_in.refusal(st.user.to_dict())):
+    st.title("LLM capacity planner")
+    st.error(refusal)
+    st.button("Sign out", on_click=st.logout, key="sign_out_refused")
     st.stop()
 
 owner = workspace_owner()

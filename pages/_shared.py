@@ -45,26 +45,6 @@ def connection():
     return get_store(str(store.default_db_path()))
 
 
-def sign_in_configured() -> bool:
-    """Whether ``.streamlit/secrets.toml`` configures OIDC sign-in (an ``[auth]`` section)."""
-    try:
-        return "auth" in st.secrets
-    except (FileNotFoundError, KeyError, st.errors.StreamlitSecretNotFoundError):
-        return False
-
-
-def signed_in() -> bool:
-    # st.user holds no is_logged_in key until an identity provider has answered (and never under AppTest)
-    return bool(st.user.get("is_logged_in", False))
-
-
-def workspace_owner() -> str | None:
-    """The signed-in user whose workspace this session sees; None in a single-workspace app."""
-    if not sign_in_configured() or not signed_in():
-        return None
-    return str(st.user.get("email") or st.user.get("sub"))
-
-
 def selected_trace() -> store.TraceInfo | None:
     """The trace picked in the sidebar, or None when the store is empty."""
     require_frame()

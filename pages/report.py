@@ -3,7 +3,8 @@
 import streamlit as st
 
 from pages._scenario import current
-from pages._shared import connection, recommendation, require_frame, selected_trace, show_rejections, workspace_owner
+from pages._shared import connection, recommendation, require_frame, selected_trace, show_rejections
+from pages._signin import workspace_owner
 from planner.errors import PlannerError
 from planner.report.build import build_report
 from planner.report.render import markdown_text

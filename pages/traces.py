@@ -9,7 +9,8 @@ import polars as pl
 import streamlit as st
 from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
-from pages._shared import connection, rejects_csv, require_frame, workspace_owner
+from pages._shared import connection, rejects_csv, require_frame
+from pages._signin import workspace_owner
 from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.files import SERVER_PATHS_ENV, resolve_server_files, server_roots

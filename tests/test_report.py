@@ -149,9 +149,11 @@ def test_the_report_link_opens_read_only_for_anyone(payload_report, tmp_path, mo
     def visit(**query):       # each link opened in a new browser session
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
         # sign-in configured and nobody signed in
-        at.secrets["auth"] = {"redirect_uri": "http://localhost/oauth2callback", "cookie_secret": "s",
+        at.secrets["auth"] = {"redirect_uri": "http://localhost/oauth2callback",
+                              "cookie_secret": "Jx9-kq2Lw7RmZ4tVb8NcP1sYd6FgH3aE0uKoQiWlXn",
                               "client_id": "c", "client_secret": "c",
                               "server_metadata_url": "http://idp/.well-known/openid-configuration"}
+        at.secrets["planner"] = {"allowed_domains": ["corp.example"]}
         for key, value in query.items():
             at.query_params[key] = value
         at.run()

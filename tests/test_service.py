@@ -13,6 +13,8 @@ import tomllib
 import numpy as np
 import pytest
 from helpers import ROOT
+from image import directives as dockerfile_directives
+from image import json_list
 
 from planner.errors import PlannerError
 from planner.traces import store
@@ -143,8 +145,7 @@ def test_workspaces_list_each_users_traces_and_the_shared_ones(con, tmp_path):
 
 def test_dockerfile_runs_unprivileged_healthy_and_on_a_volume():
     text = (ROOT / "Dockerfile").read_text()
-    lines = [ln.strip() for ln in re.sub(r"\\\n", " ", text).splitlines() if ln.strip() and not ln.startswith("#")]
-    directives = [(ln.split()[0].upper(), ln.split(None, 1)[1]) for ln in lines]
+    directives = dockerfile_directives()
     kinds = [d for d, _ in directives]
     assert directives[0] == ("FROM", "python:3.11-slim")
     user = [v for d, v in directives if d == "USER"]
@@ -157,7 +158,7 @@ def test_dockerfile_runs_unprivileged_healthy_and_on_a_volume():
     assert "PLANNER_SERVER_PATHS" not in text       # reading server files stays off unless an operator turns it on
     assert json_list(dict(directives)["VOLUME"]) == ["/data"] and dict(directives)["EXPOSE"] == "8501"
     entry = json_list(dict(directives)["ENTRYPOINT"])
-    assert entry[:5] == ["python", "-m", "streamlit", "run", "app.py"] and "--server.port=8501" in entry
+    assert entry == ["python", "-m", "planner", "serve", "--port=8501", "--address=0.0.0.0"]
     copied = {v.split()[0] for d, v in directives if d == "COPY"}
     assert {"app.py", "planner", "pages", "traces", ".streamlit/config.toml"} <= copied
     for path in copied:
@@ -167,12 +168,6 @@ def test_dockerfile_runs_unprivileged_healthy_and_on_a_volume():
     compile(command[2], "healthcheck", "exec")
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".venv", "*.duckdb", ".streamlit/secrets.toml"} <= set(ignored)
-
-
-def json_list(text: str) -> list[str]:
-    import json
-
-    return json.loads(text.strip())
 
 
 def test_production_streamlit_config():

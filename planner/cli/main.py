@@ -16,6 +16,7 @@ from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.report import add_report_command
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
+from planner.cli.serve import add_serve_command
 from planner.cli.sim import add_shared_prefix_flag, add_simulation_commands
 from planner.errors import PlannerError
 from planner.jsonable import clean
@@ -224,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulation_commands(command)
     add_report_command(command)
+    add_serve_command(command)
 
     p = command("rejects", "show or export (-o FILE.csv) a trace's rejected rows")
     p.add_argument("trace", help="trace id or name")

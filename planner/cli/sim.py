@@ -51,11 +51,9 @@ def _workload(args):
 
 
 def cmd_simulate(args) -> None:
-    from planner.sim.results import goodput, summarize
-    from planner.sim.run import simulate
-
     from planner.sim.fleet import Fleet
-    from planner.sim.run import check_router, default_router
+    from planner.sim.results import goodput, summarize
+    from planner.sim.run import check_router, default_router, simulate
 
     scenario = scenario_from_args(args)        # a value that makes no sense fails here, before any work
     fleet = Fleet(args.replicas, args.router or default_router(scenario.engine))

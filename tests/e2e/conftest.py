@@ -1,6 +1,5 @@
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -8,6 +7,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from image import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,12 +27,6 @@ def browser_type_launch_args(browser_type_launch_args):
     return {**browser_type_launch_args, "executable_path": CHROMIUM,
             "args": ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--no-first-run"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(tmp_path_factory, **extra_env):
