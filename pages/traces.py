@@ -24,8 +24,7 @@ DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe"
 ARRIVAL_UNITS = ("auto", "datetime", "s", "ms", "us", "ns")
 LATENCY_UNITS = ("auto", "ms", "s", "us")
 
-# an operator may lower the upload limit below server.maxUploadSize (1 GB in .streamlit/config.toml)
-MAX_UPLOAD_MB = int(os.environ.get("PLANNER_MAX_UPLOAD_MB", "1024"))
+MAX_UPLOAD_MB = int(os.environ.get("PLANNER_MAX_UPLOAD_MB", "1024"))  # an operator may lower server.maxUploadSize
 
 require_frame()
 st.title("Traces")
