@@ -17,6 +17,9 @@ from planner.traces import store
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
+# a Streamlit page whose script run has finished: what e2e tests wait for before they read the page
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
 needs_shared = pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="../shared/traces is not present")
 
 

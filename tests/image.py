@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_healthy(proc: subprocess.Popen, port: int, log: Path, timeout_s: float) -> None:
+    """Wait until the server on ``port`` answers its health check; fail with its log if it exits or never does."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
+                return
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("the server did not become healthy:\n" + log.read_text())
 
 
 def directives() -> list[tuple[str, str]]:
@@ -93,20 +109,11 @@ class HostImage:
 
     def start(self, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
         """Boot the entrypoint as the container would and wait until its health check passes."""
-        out = open(log, "a")
-        proc = subprocess.Popen(self.as_image_user() + self.entrypoint(port), cwd=self.app, env=self.env(**extra_env),
-                                stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError(f"the entrypoint exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2).read() == b"ok":
-                    return proc
-            except OSError:
-                time.sleep(0.5)
-        proc.kill()
-        raise AssertionError("the server did not become healthy:\n" + log.read_text())
+        with open(log, "a") as out:
+            proc = subprocess.Popen(self.as_image_user() + self.entrypoint(port), cwd=self.app,
+                                    env=self.env(**extra_env), stdout=out, stderr=subprocess.STDOUT)
+        wait_healthy(proc, port, log, timeout_s=120)
+        return proc
 
     def write_secrets(self, tables: dict[str, dict]) -> Path:
         """Mount a secrets file where DEPLOY.md says: ``/app/.streamlit/secrets.toml`` (read-only, like ``:ro``)."""
@@ -134,8 +141,6 @@ def toml_text(tables: dict[str, dict]) -> str:
 
 def deploy_secrets() -> dict[str, dict]:
     """The secrets file docs/DEPLOY.md tells an operator to write, as it stands there (placeholders included)."""
-    import tomllib
-
     blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "DEPLOY.md").read_text(), flags=re.S)
     [block] = [b for b in blocks if "[auth]" in b]
     return tomllib.loads(block)

@@ -15,7 +15,7 @@ from image import deploy_secrets, free_port, lay_out
 
 from planner.errors import PlannerError
 from planner.service.launch import preflight
-from planner.service.signin import MIN_COOKIE_SECRET_CHARS, REQUIRED_AUTH_KEYS, sign_in_settings
+from planner.service.signin import MIN_COOKIE_SECRET_CHARS, PLACEHOLDER_SECRETS, REQUIRED_AUTH_KEYS, sign_in_settings
 
 pytestmark = pytest.mark.signin
 
@@ -79,8 +79,7 @@ def test_any_cookie_secret_is_either_accepted_or_refused_with_the_reason(secret)
         sign_in_settings(valid(auth__cookie_secret=secret))
     except PlannerError as exc:
         assert "[auth] cookie_secret" in str(exc)
-        assert len(secret) < MIN_COOKIE_SECRET_CHARS or len(set(secret)) < 10 or secret.lower() in (
-            "a long random string", "xxx", "changeme", "change-me", "secret", "cookie_secret", "your-cookie-secret")
+        assert len(secret) < MIN_COOKIE_SECRET_CHARS or len(set(secret)) < 10 or secret.lower() in PLACEHOLDER_SECRETS
     else:
         assert len(secret) >= MIN_COOKIE_SECRET_CHARS and len(set(secret)) >= 10
 

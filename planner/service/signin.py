@@ -118,12 +118,11 @@ def sign_in_settings(secrets: Mapping, base_url_path: str = "") -> SignInSetting
 
 
 def _cookie_secret_problems(secret: str) -> list[str]:
-    generate = GENERATE_SECRET
     if secret.strip().lower() in PLACEHOLDER_SECRETS or secret.startswith(PLACEHOLDER_PREFIX):
-        return [f"[auth] cookie_secret is an example value, not a secret: {generate}"]
+        return [f"[auth] cookie_secret is an example value, not a secret: {GENERATE_SECRET}"]
     if len(secret) < MIN_COOKIE_SECRET_CHARS or len(set(secret)) < MIN_COOKIE_SECRET_DISTINCT:
         return [f"[auth] cookie_secret is too weak ({len(secret)} characters, {len(set(secret))} distinct); expected "
-                f"at least {MIN_COOKIE_SECRET_CHARS} random characters: {generate}"]
+                f"at least {MIN_COOKIE_SECRET_CHARS} random characters: {GENERATE_SECRET}"]
     return []
 
 
@@ -154,7 +153,7 @@ def _allowed_domains(domains) -> tuple[tuple[str, ...], list[str]]:
     if ANY_DOMAIN in cleaned:
         return ((ANY_DOMAIN,), []) if cleaned == (ANY_DOMAIN,) else \
             ((), ['[planner] allowed_domains: "*" admits everyone and must stand alone'])
-    bad = [d for d in domains if not isinstance(d, str) or not _DOMAIN.match(str(d).strip().lower().lstrip("@"))]
+    bad = [d for d, c in zip(domains, cleaned, strict=True) if not isinstance(d, str) or not _DOMAIN.match(c)]
     if bad:
         return (), [f"[planner] allowed_domains: {', '.join(repr(b) for b in bad)} is not an e-mail domain "
                     "(expected names like 'corp.example')"]

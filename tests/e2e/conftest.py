@@ -2,12 +2,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from image import free_port
+from image import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,18 +37,8 @@ def start_server(tmp_path_factory, **extra_env):
                                  f"--server.port={port}", "--server.address=127.0.0.1",
                                  "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("streamlit did not become healthy:\n" + log.read_text())
-    return proc, url
+    wait_healthy(proc, port, log, timeout_s=90)
+    return proc, f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="session")

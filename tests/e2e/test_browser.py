@@ -1,8 +1,8 @@
 """End to end in Debian's chromium: the app starts on the sample, an upload lands, a link reproduces the view."""
 
+from helpers import IDLE
 from playwright.sync_api import expect
 
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 UPLOAD = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
           b"5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,230,1317,Conversation log\n"
           b"50,GPT-4,0,0,0,Conversation log\n60,ChatGPT,abc,12,12,API log\n")

@@ -8,6 +8,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from helpers import IDLE
 from image import free_port, lay_out, tree
 from playwright.sync_api import expect
 
@@ -15,7 +16,6 @@ from planner.traces import store
 
 pytestmark = pytest.mark.signin
 
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 
 def healthy(image, port: int) -> bool:

@@ -6,6 +6,7 @@ import io
 
 import numpy as np
 import pytest
+from helpers import IDLE
 from PIL import Image
 from playwright.sync_api import expect
 
@@ -13,7 +14,6 @@ from planner.traces import store
 from planner.traces.ingest import ingest_file
 from planner.traces.samples import ensure_sample
 
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 QUICK = "slos=chat:ttft_p99<5000"          # one latency class: a short search
 PAGES = ["/overview", "/workload", "/workload?view=Arrivals", "/workload?view=Latency", "/memory", "/simulate",
          f"/recommend?trace=long_prompts&{QUICK}", "/traces"]

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import SHARED_TRACES, needs_shared
+from helpers import IDLE, SHARED_TRACES, needs_shared
 from playwright.sync_api import expect
 
 from planner.catalog.gpus import get_gpu
@@ -18,7 +18,6 @@ from planner.scenario import Scenario
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 AZURE = SHARED_TRACES / "AzureLLMInferenceTrace_conv.csv"
 NAME = "AzureLLMInferenceTrace_conv"
 

@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import oidc_provider_mock
 import pytest
+from helpers import IDLE
 from image import HostImage, deploy_secrets, free_port, lay_out
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 from playwright.sync_api import expect
@@ -27,7 +28,6 @@ from planner.traces import store
 
 pytestmark = pytest.mark.signin
 
-IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 DOMAIN = "corp.test"
 ALICE, BOB, EVE = f"alice@{DOMAIN}", f"bob@{DOMAIN}", "eve@elsewhere.test"
 USER_COOKIE = "_streamlit_user"          # Streamlit's signed session cookie (its salt is the cookie's name)
