@@ -134,7 +134,6 @@ def test_names_are_made_unique(con, tmp_path):
     (b"", "is empty"),
     (b"\n\n  \n", "is empty"),
     (b"\x00\x01\x02\x03binary\xff\xfe", "looks binary"),
-    (b'{"input_tokens": 1, "output_tokens": 2}\n{"input_tokens": 3, "output_tok', "cannot read it as jsonl"),
     (b'[{"input_tokens": 1, "output_tokens": 2}, {"input_tok', "cannot read"),
     (b"when,words\n1,2\n", "no recognisable token columns"),
     (b"ts,input_tokens,output_tokens\n", "no usable requests"),

@@ -7,6 +7,7 @@ uploaded file does, so the reader is exercised by every preset.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,11 +28,48 @@ _REQUIRED = {
 _ALIASES = {"falcon": {"num_hidden_layers": ("n_layer",), "num_attention_heads": ("n_head",)}}
 
 
+# whole-number fields of a config.json and the range a real model's value lies in: beyond it, the file is wrong
+# (a negative width, a zero head count) and every size computed from it would be nonsense
+_WIDTH, _COUNT = (1, 2**20), (1, 2**16)
+_RANGES = {"hidden_size": _WIDTH, "intermediate_size": _WIDTH, "ffn_dim": _WIDTH, "ffn_hidden_size": _WIDTH,
+           "moe_intermediate_size": _WIDTH, "head_dim": _WIDTH, "kv_lora_rank": _WIDTH, "q_lora_rank": _WIDTH,
+           "qk_rope_head_dim": _WIDTH, "qk_nope_head_dim": _WIDTH, "v_head_dim": _WIDTH,
+           "word_embed_proj_dim": _WIDTH, "num_hidden_layers": (1, 10_000), "num_attention_heads": _COUNT,
+           "num_key_value_heads": _COUNT, "vocab_size": (1, 2**24), "max_position_embeddings": (1, 2**31 - 1),
+           "sliding_window": (1, 2**31 - 1), "num_local_experts": _COUNT, "n_routed_experts": _COUNT,
+           "num_experts_per_tok": _COUNT, "n_shared_experts": (0, 2**16), "first_k_dense_replace": (0, 10_000),
+           "num_nextn_predict_layers": (0, 10_000)}
+
+
 def _get(cfg: dict, key: str, *aliases: str, default=None):
     for k in (key, *aliases):
         if cfg.get(k) is not None:
             return cfg[k]
     return default
+
+
+def _whole(cfg: dict, key: str, *aliases: str, default=None) -> int:
+    """A whole-number field (or its first alias present), checked against :data:`_RANGES`; ``default`` where
+    absent or null."""
+    value = next(((k, cfg[k]) for k in (key, *aliases) if cfg.get(k) is not None), None)
+    if value is None:
+        return default
+    name, number = value
+    low, high = _RANGES.get(key, _WIDTH)
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) \
+            or number != int(number) or not low <= number <= high:
+        raise PlannerError(f"config.json {name} {number!r}: expected a whole number from {low:,} to {high:,}")
+    return int(number)
+
+
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    """A true/false field; ``default`` where absent or null (a string "false" is not false, so it is refused)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlannerError(f"config.json {key} {value!r}: expected true or false")
+    return value
 
 
 def from_hf_config(cfg: dict, name: str | None = None, published_params: int | None = None) -> ModelSpec:
@@ -40,7 +78,8 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
     Raises
     ------
     PlannerError
-        For an unsupported ``model_type`` or missing fields, naming them.
+        For an unsupported ``model_type``, missing fields, or a field of the wrong type or outside the range a
+        model's value lies in (:data:`_RANGES`), naming it.
     """
     model_type = str(cfg.get("model_type", "")).lower()
     if model_type in ("refinedweb", "refinedwebmodel"):
@@ -56,60 +95,74 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
     if missing:
         raise PlannerError(f"config.json ({model_type}) lacks {', '.join(missing)}: these fields are needed to size "
                            "the weights and the KV cache")
-    hidden = int(cfg["hidden_size"])
-    layers = int(_get(cfg, "num_hidden_layers", "n_layer"))
-    heads = int(_get(cfg, "num_attention_heads", "n_head"))
-    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
-    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
+    hidden = _whole(cfg, "hidden_size")
+    layers = _whole(cfg, "num_hidden_layers", "n_layer")
+    heads = _whole(cfg, "num_attention_heads", "n_head")
+    kv_heads = _whole(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
+    if heads % kv_heads:
+        raise PlannerError(f"config.json num_key_value_heads {kv_heads}: expected a divisor of num_attention_heads "
+                           f"({heads}), each KV head serving the same number of query heads")
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise PlannerError(f"config.json num_attention_heads {heads}: expected a divisor of hidden_size ({hidden}), "
+                           "or a head_dim field")
+    head_dim = _whole(cfg, "head_dim", default=hidden // heads)
+    quant = cfg.get("quantization_config") or {}
     base = dict(name=name or cfg.get("_name_or_path") or model_type, hf_id=str(cfg.get("_name_or_path", "")),
                 family=model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                intermediate=int(_get(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size", default=4 * hidden)),
-                vocab=int(cfg["vocab_size"]),
-                max_position=int(_get(cfg, "max_position_embeddings", "n_positions", default=2048)),
-                tied_embeddings=bool(cfg.get("tie_word_embeddings",
-                                             model_type in ("gemma", "gemma2", "falcon", "opt"))),
+                intermediate=_whole(cfg, "intermediate_size", "ffn_dim", "ffn_hidden_size", default=4 * hidden),
+                vocab=_whole(cfg, "vocab_size"),
+                max_position=_whole(cfg, "max_position_embeddings", "n_positions", default=2048),
+                tied_embeddings=_flag(cfg, "tie_word_embeddings", model_type in ("gemma", "gemma2", "falcon", "opt")),
                 published_params=published_params,
-                weight_dtype="fp8" if (cfg.get("quantization_config") or {}).get("quant_method") == "fp8" else "bf16")
+                weight_dtype="fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16")
     if model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
-        base.update(qkv_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
-                    out_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
+        bias = _flag(cfg, "attention_bias", model_type == "qwen2")
+        base.update(qkv_bias=bias, out_bias=_flag(cfg, "attention_bias", False), mlp_bias=_flag(cfg, "mlp_bias", False),
                     qk_norm=model_type == "qwen3")
-        window = cfg.get("sliding_window")
-        if window and (model_type == "mistral" or cfg.get("use_sliding_window")):
-            base.update(sliding_window=int(window), sliding_layers=layers)
+        window = _whole(cfg, "sliding_window")
+        if window and (model_type == "mistral" or _flag(cfg, "use_sliding_window", False)):
+            base.update(sliding_window=window, sliding_layers=layers)
         if model_type == "mixtral":
-            base["moe"] = MoE(int(cfg["num_local_experts"]), int(cfg["num_experts_per_tok"]),
-                              int(cfg["intermediate_size"]))
+            base["moe"] = _moe(cfg, "num_local_experts", _whole(cfg, "intermediate_size"))
     elif model_type == "gemma2":
-        base.update(norms_per_layer=4, sliding_window=int(cfg.get("sliding_window", 4096)),
+        base.update(norms_per_layer=4, sliding_window=_whole(cfg, "sliding_window", default=4096),
                     sliding_layers=layers // 2)   # alternate layers: local (window) and global
     elif model_type == "falcon":
-        new_arch = bool(cfg.get("new_decoder_architecture", False))
-        if not new_arch and not cfg.get("multi_query", True):
+        new_arch = _flag(cfg, "new_decoder_architecture", False)
+        if not new_arch and not _flag(cfg, "multi_query", True):
             kv_heads = heads
         elif not new_arch:
             kv_heads = 1
-        bias = bool(cfg.get("bias", False))
+        bias = _flag(cfg, "bias", False)
         base.update(kv_heads=kv_heads, gated_mlp=False, norm="layer", qkv_bias=bias, out_bias=bias, mlp_bias=bias,
-                    norms_per_layer=2 if new_arch else 1, intermediate=int(cfg.get("ffn_hidden_size", 4 * hidden)))
+                    norms_per_layer=2 if new_arch else 1,
+                    intermediate=_whole(cfg, "ffn_hidden_size", default=4 * hidden))
     elif model_type == "opt":
-        base.update(gated_mlp=False, norm="layer", qkv_bias=bool(cfg.get("enable_bias", True)),
-                    out_bias=bool(cfg.get("enable_bias", True)), mlp_bias=bool(cfg.get("enable_bias", True)),
-                    learned_positions=base["max_position"] + 2, intermediate=int(cfg["ffn_dim"]))
-        if int(cfg.get("word_embed_proj_dim", hidden)) != hidden:
+        enable_bias = _flag(cfg, "enable_bias", True)
+        base.update(gated_mlp=False, norm="layer", qkv_bias=enable_bias, out_bias=enable_bias, mlp_bias=enable_bias,
+                    learned_positions=base["max_position"] + 2, intermediate=_whole(cfg, "ffn_dim"))
+        if _whole(cfg, "word_embed_proj_dim", default=hidden) != hidden:
             raise PlannerError("config.json (opt) has word_embed_proj_dim != hidden_size (OPT-350m's projections): "
                                "not supported")
     elif model_type == "gpt_neox":
         base.update(gated_mlp=False, norm="layer", qkv_bias=True, out_bias=True, mlp_bias=True)
     elif model_type == "deepseek_v3":
-        base.update(mla=MLA(cfg.get("q_lora_rank"), int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"]),
-                            int(cfg["qk_nope_head_dim"]), int(cfg["v_head_dim"])),
-                    moe=MoE(int(cfg["n_routed_experts"]), int(cfg["num_experts_per_tok"]),
-                            int(cfg["moe_intermediate_size"]), int(cfg.get("n_shared_experts", 0) or 0),
-                            int(cfg.get("first_k_dense_replace", 0)), router_bias=True),
-                    kv_heads=heads, head_dim=int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"]),
-                    mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)))
+        rope, nope = _whole(cfg, "qk_rope_head_dim"), _whole(cfg, "qk_nope_head_dim")
+        base.update(mla=MLA(_whole(cfg, "q_lora_rank"), _whole(cfg, "kv_lora_rank"), rope, nope,
+                            _whole(cfg, "v_head_dim")),
+                    moe=_moe(cfg, "n_routed_experts", _whole(cfg, "moe_intermediate_size"),
+                             shared_experts=_whole(cfg, "n_shared_experts", default=0),
+                             first_dense_layers=min(_whole(cfg, "first_k_dense_replace", default=0), layers),
+                             router_bias=True),
+                    kv_heads=heads, head_dim=nope + rope, mtp_layers=_whole(cfg, "num_nextn_predict_layers", default=0))
     return ModelSpec(**base)
+
+
+def _moe(cfg: dict, experts_key: str, expert_intermediate: int, **extra) -> MoE:
+    experts, top_k = _whole(cfg, experts_key), _whole(cfg, "num_experts_per_tok")
+    if top_k > experts:
+        raise PlannerError(f"config.json num_experts_per_tok {top_k}: expected at most {experts_key} ({experts})")
+    return MoE(experts, top_k, expert_intermediate, **extra)
 
 
 def load_config(path: str | Path) -> ModelSpec:

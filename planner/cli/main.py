@@ -20,6 +20,7 @@ from planner.cli.serve import add_serve_command
 from planner.cli.sim import add_shared_prefix_flag, add_simulation_commands
 from planner.errors import PlannerError
 from planner.jsonable import clean
+from planner.output_files import writable_path, write_atomically
 from planner.traces import store
 from planner.traces.sources import FORMATS, Dialect
 
@@ -49,8 +50,17 @@ def cmd_ingest(args) -> None:
         return
     dialect = None
     if args.delimiter is not None or args.quote is not None or args.no_header:
-        delim = args.delimiter.encode().decode("unicode_escape") if args.delimiter else ","
+        try:
+            delim = args.delimiter.encode().decode("unicode_escape") if args.delimiter is not None else ","
+        except UnicodeDecodeError:
+            delim = ""
+        if not 1 <= len(delim.encode()) <= 4 or delim in "\r\n":
+            raise PlannerError(f"--delimiter {args.delimiter!r}: expected one character (or up to 4 bytes) other "
+                               "than a line break, such as , ; | or \\t")
         quote = args.quote if args.quote is not None else '"'
+        if len(quote) > 1 or (quote and quote in delim):
+            raise PlannerError(f"--quote {args.quote!r}: expected one character other than the delimiter, or '' "
+                               "for none")
         dialect = Dialect(delimiter=delim, quote=quote, escape=quote, header=not args.no_header)
     con = store.open_store(args.db)
     result = ingest_file(con, args.path, name=args.name, fmt=args.format, overrides=_pairs(args.map, "--map"),
@@ -59,7 +69,8 @@ def cmd_ingest(args) -> None:
     obj = result.as_dict()
     human = (f"{'already stored as' if result.duplicate_of else 'stored'} {result.name} ({result.trace_id}): "
              f"{result.rows} rows, {result.failed} failed, {result.rejected} rejected; format {result.format}, "
-             f"layout {result.layout}; mapping {result.mapping}; units {result.units}")
+             f"layout {result.layout}; mapping {result.mapping}; units {result.units}"
+             + "".join(f"\n{note}" for note in result.notes if note.startswith("the glob ")))
     _emit(args, obj, human)
 
 
@@ -94,10 +105,10 @@ def cmd_fit(args) -> None:
 
 
 def cmd_workload(args) -> None:
-    from planner.workload.tables import DEFAULT_BUCKET_EDGES, workload_report
+    from planner.workload.tables import DEFAULT_BUCKET_EDGES, parse_bucket_edges, workload_report
 
+    edges = parse_bucket_edges(args.buckets) if args.buckets else DEFAULT_BUCKET_EDGES
     con = store.open_store(args.db)
-    edges = tuple(float(e) for e in args.buckets.split(",")) if args.buckets else DEFAULT_BUCKET_EDGES
     kv_bytes = None
     if args.model:
         from planner.capacity.memory import kv_bytes_per_token
@@ -141,12 +152,12 @@ def cmd_memory(args) -> None:
 
 
 def cmd_rejects(args) -> None:
+    target = writable_path("-o", args.output) if args.output else None
     con = store.open_store(args.db)
     info = store.get_trace(con, args.trace)
     rows = store.rejects_of(con, info.trace_id)
-    if args.output:
-        with open(args.output, "wb") as fh:
-            fh.write(store.rejects_csv(con, info.trace_id))
+    if target:
+        write_atomically(target, store.rejects_csv(con, info.trace_id))
     obj = {"trace_id": info.trace_id, "rejected": len(rows), "path": args.output,
            "rejects": [] if args.output else [{"row": r, "raw": raw, "reason": why} for r, raw, why in rows]}
     human = "\n".join(f"{r}\t{why}\t{raw}" for r, raw, why in rows) or "no rejected rows"
@@ -156,6 +167,12 @@ def cmd_rejects(args) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, with a malformed command line reported as one ``error: …`` line (the contract's form), not a
     usage block."""
+
+    def _get_values(self, action, arg_strings):
+        # argparse drops a value of "--" (its end-of-options marker) and hands the flag an empty list, untyped
+        if action.option_strings and arg_strings == ["--"]:
+            raise argparse.ArgumentError(action, "'--': expected a value")
+        return super()._get_values(action, arg_strings)
 
     def error(self, message: str):
         self.exit(2, f"error: {self.prog.removeprefix('python -m planner ')}: {message} (see --help)\n")
@@ -241,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except PlannerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # one line, whatever a library put in the message it quotes
+        print("error: " + " / ".join(line.strip() for line in str(exc).splitlines() if line.strip()), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from planner.cli.output import progress_printer
 from planner.cli.sim import add_recommend_flags, executor_from_args, recommend_inputs
 from planner.errors import PlannerError
+from planner.output_files import writable_path, write_atomically
 from planner.traces import store
 
 FORMATS = ("html", "md", "json")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder: never a half-written report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)            # mkstemp's 0600 would keep a shared report from its readers
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _targets(args) -> list[tuple[Path, str]]:
@@ -35,12 +20,10 @@ def _targets(args) -> list[tuple[Path, str]]:
         raise PlannerError("--format names one format: with several -o files, each takes its extension's")
     out = []
     for name in args.output:
-        path = Path(name).resolve()
+        path = writable_path("-o", name)
         fmt = args.format or (path.suffix.lstrip(".").lower() if path.suffix else "html")
         if fmt not in FORMATS:
             raise PlannerError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-        if path.is_dir():
-            raise PlannerError(f"-o {name}: is a directory; expected a file to write")
         out.append((path, fmt))
     return out
 

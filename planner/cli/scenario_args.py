@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from planner.capacity.memory import KV_DTYPE_BYTES, VLLM_VERSIONS
 from planner.catalog.gpus import GiB
 from planner.catalog.models import WEIGHT_BYTES
+from planner.cli.values import FINITE, NON_NEGATIVE_GIB, SCENARIO_INT, real
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:           # the scenario brings the compiled simulator; commands without one stay quick to start
@@ -23,17 +24,18 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
                                               "meaning the same, on every command")
     g.add_argument("--model", required=True, help="a preset name or a path to a Hugging Face config.json")
     g.add_argument("--gpu", required=True, help="GPU preset (a100-80gb-sxm, h100-sxm, …)")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (GPUs per replica)")
+    g.add_argument("--tp", type=SCENARIO_INT, default=1, help="tensor-parallel degree (GPUs per replica)")
     g.add_argument("--weight-dtype", choices=tuple(WEIGHT_BYTES),
                    help="default: the model's own (DeepSeek-V3 fp8, others bf16)")
     g.add_argument("--kv-cache-dtype", default="auto", choices=tuple(KV_DTYPE_BYTES),
                    help="auto (the model's dtype) or fp8")
-    g.add_argument("--gpu-mem-util", type=float, default=0.9, help="vLLM --gpu-memory-utilization")
-    g.add_argument("--max-model-len", type=int, help="default: the model's max_position_embeddings")
-    g.add_argument("--block-size", type=int, default=16, help="KV block size in tokens (vLLM: 1, 8, 16, … 256)")
-    g.add_argument("--num-gpu-blocks", type=int, help="override the computed KV block count")
-    g.add_argument("--max-num-seqs", type=int, help="default: vllm serve's for the GPU")
-    g.add_argument("--max-num-batched-tokens", type=int, help="default: vllm serve's for the GPU")
+    g.add_argument("--gpu-mem-util", type=FINITE, default=0.9, help="vLLM --gpu-memory-utilization")
+    g.add_argument("--max-model-len", type=SCENARIO_INT, help="default: the model's max_position_embeddings")
+    g.add_argument("--block-size", type=SCENARIO_INT, default=16,
+                   help="KV block size in tokens (vLLM: 1, 8, 16, … 256)")
+    g.add_argument("--num-gpu-blocks", type=SCENARIO_INT, help="override the computed KV block count")
+    g.add_argument("--max-num-seqs", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
+    g.add_argument("--max-num-batched-tokens", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
     g.add_argument("--vllm-version", default="current", choices=list(VLLM_VERSIONS),
                    help="the vLLM release whose memory profiling sizes the KV cache: " + "; ".join(
                        f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items()))
@@ -42,8 +44,9 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--vllm-log", help="a vLLM startup log: fit the memory overheads (and the GPU's memory) to it")
     for flag, what in (("--activation-gib", "activation peak"), ("--non-torch-gib", "non-torch memory"),
                        ("--cudagraph-gib", "CUDA-graph memory"), ("--weights-gib", "weights per GPU as loaded")):
-        g.add_argument(flag, type=float, help=f"{what} in GiB instead of the estimate")
-    g.add_argument("--gpu-memory-gib", type=float, help="the GPU's memory as CUDA reports it, instead of the preset's")
+        g.add_argument(flag, type=NON_NEGATIVE_GIB, help=f"{what} in GiB instead of the estimate")
+    g.add_argument("--gpu-memory-gib", type=real("a positive number of GiB", above=0, high=1e6),
+                   help="the GPU's memory as CUDA reports it, instead of the preset's")
     g.add_argument("--engine", default="vllm-v1",
                    help="scheduler: vllm-v1 (default), vllm-v0, orca, static, tgi or trtllm")
     g.add_argument("--no-chunked-prefill", action="store_true")
@@ -54,12 +57,12 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
                    help="vllm-v1: schedule each step after the previous one ends (vllm serve --no-async-scheduling; "
                         "vLLM >= 0.14 fixes a step's batch while the step before it runs)")
     g.add_argument("--preemption", default="recompute", help="recompute or swap (vllm-v0 only)")
-    g.add_argument("--max-new-tokens", type=int, help="truncate outputs (and size reservations) to this")
-    g.add_argument("--reserve-predicted", type=float, metavar="Q",
+    g.add_argument("--max-new-tokens", type=SCENARIO_INT, help="truncate outputs (and size reservations) to this")
+    g.add_argument("--reserve-predicted", type=FINITE, metavar="Q",
                    help="vllm-v1 remedy: reserve the Q quantile (0.75, 0.95) of a predicted output length")
     g.add_argument("--priority", default="fcfs", help="fcfs or shortest-predicted (vllm-v1 remedy)")
     g.add_argument("--calibration", help="a file written by `calibrate`: the cost model's parameters")
-    g.add_argument("--price", type=float, help="USD per GPU-hour (default: the GPU preset's)")
+    g.add_argument("--price", type=FINITE, help="USD per GPU-hour (default: the GPU preset's)")
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
@@ -81,8 +84,6 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     if args.price is not None:
         gpu = gpu.with_price(args.price)
     if args.gpu_memory_gib is not None:
-        if not args.gpu_memory_gib > 0:
-            raise PlannerError(f"--gpu-memory-gib {args.gpu_memory_gib}: expected a positive size")
         gpu = replace(gpu, memory_bytes=int(round(args.gpu_memory_gib * GiB)))
     overheads = Overheads(cudagraph_counted=None if args.cudagraphs is None else args.cudagraphs == "counted",
                           vllm_version=args.vllm_version)

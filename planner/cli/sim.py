@@ -6,8 +6,11 @@ from __future__ import annotations
 from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
+from planner.cli.values import FINITE, POSITIVE_MS, SCENARIO_INT, whole
 from planner.errors import PlannerError
+from planner.output_files import writable_path
 from planner.sim.routers import ROUTERS
+from planner.sim.workload import MAX_REQUESTS
 from planner.traces import store
 
 
@@ -67,11 +70,16 @@ def cmd_simulate(args) -> None:
     s = summary
     fleet_text = f" on {s.replicas} replicas ({s.router})" if s.replicas > 1 else ""
     _emit(args, obj, f"{s.completed:,}/{s.requests:,} requests{fleet_text} in {s.duration_s:.1f} s simulated "
-                     f"({s.sim_wall_s:.2f} s wall): TTFT p50/p99 {s.ttft_ms.p50 or 0:.0f}/{s.ttft_ms.p99 or 0:.0f} "
-                     f"ms, TPOT p50/p99 {s.tpot_ms.p50 or 0:.1f}/{s.tpot_ms.p99 or 0:.1f} ms, "
+                     f"({s.sim_wall_s:.2f} s wall): TTFT p50/p99 {_ms(s.ttft_ms.p50, 0)}/{_ms(s.ttft_ms.p99, 0)} "
+                     f"ms, TPOT p50/p99 {_ms(s.tpot_ms.p50, 1)}/{_ms(s.tpot_ms.p99, 1)} ms, "
                      f"{s.throughput_tok_s['output']:,.0f} output tok/s, {s.preemptions} preemptions"
                      f", queue {s.verdict} (p99 {s.queue_ms.p99 or 0:,.0f} ms)"
                      + (f"\n{s.rejection_note}" if s.rejection_note else ""))
+
+
+def _ms(value: float | None, digits: int) -> str:
+    """A latency for the human line; none measured (every request rejected, one-token outputs) reads as a dash."""
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 def cmd_calibrate(args) -> None:
@@ -79,6 +87,7 @@ def cmd_calibrate(args) -> None:
 
     if bool(args.points) == bool(args.trace):
         raise PlannerError("give exactly one of --points CSV or --trace TRACE")
+    target = writable_path("-o", args.output)          # before the fit, which can take minutes on a trace
     scenario = scenario_from_args(args)
     if args.points:
         report = calibration.fit_points(scenario, calibration.read_points(args.points))
@@ -89,7 +98,7 @@ def cmd_calibrate(args) -> None:
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
         report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout)
-    calibration.save(report, args.output, scenario)
+    calibration.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
            "warnings": report["warnings"]}
@@ -140,7 +149,7 @@ def cmd_recommend(args) -> None:
 
     scenario, options = recommend_inputs(args)
     executor = executor_from_args(args)
-    if args.gpu_options:
+    if args.gpu_options is not None:
         from planner.recommend.costs import parse_gpu_options
 
         parse_gpu_options(args.gpu_options)      # an unknown GPU or a bad price fails before any work
@@ -183,22 +192,22 @@ def add_recommend_flags(p) -> None:
     p.add_argument("--slo", action="append", metavar="NAME:METRIC<VALUE",
                    help="e.g. chat:ttft_p99<300, chat:ttft<200,tpot<50@90%% (attainment share) or "
                         "batch:throughput (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
-    p.add_argument("--headroom", type=float, default=1.0,
+    p.add_argument("--headroom", type=FINITE, default=1.0,
                    help="size the fleet for the trace at its own rate times this")
-    p.add_argument("--max-queue-s", type=float,
+    p.add_argument("--max-queue-s", type=FINITE,
                    help="every class's bound on p99 queueing delay, throughput included (default 5 s, as "
                         "Vidur's capacity search)")
     p.add_argument("--router", help="the router the fleet sizing assumes: " + ", ".join(ROUTERS)
                    + " (default least-loaded; round-robin for vllm-v0 and static)")
-    p.add_argument("--resamples", type=int,
+    p.add_argument("--resamples", type=SCENARIO_INT,
                    help="block-bootstrap resamples (whole minutes) behind the replica count's 90%% confidence "
                         "(default 20; 0: none)")
-    p.add_argument("--growth", type=float, help="what-if: replicas for the traffic grown by this (default 1.5)")
+    p.add_argument("--growth", type=FINITE, help="what-if: replicas for the traffic grown by this (default 1.5)")
     p.add_argument("--tp-search", help="compare these tensor-parallel degrees (e.g. 1,2,4) by requests/s per GPU")
     add_shared_prefix_flag(p)
     p.add_argument("--max-new-tokens-options", metavar="none,p99,p95",
                    help="compare max_new_tokens caps (none, integers, or percentiles of the trace's outputs)")
-    p.add_argument("--workers", type=int, help="local worker processes the search's simulations run on "
+    p.add_argument("--workers", type=SCENARIO_INT, help="local worker processes the search's simulations run on "
                    "(default: one per core; 1: in this process)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the simulations on a Ray cluster at ADDRESS instead "
                    "('local' starts a local Ray runtime); the answer is the same")
@@ -219,16 +228,18 @@ def add_simulation_commands(command) -> None:
     add_scenario_arguments(p)
     p.add_argument("--trace", help="trace id or name")
     p.add_argument("--synthetic", help="requests=N,input=LEN,output=LEN,qps=Q[,arrival=poisson|gamma:CV][,seed=N]")
-    p.add_argument("--rate-scale", type=float, help="replay the trace this many times faster")
-    p.add_argument("--qps", type=float, help="replay the trace at this mean request rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rate-scale", type=FINITE, help="replay the trace this many times faster")
+    p.add_argument("--qps", type=FINITE, help="replay the trace at this mean request rate")
+    p.add_argument("--seed", type=whole("a non-negative whole number", low=0, high=2**63 - 1), default=0)
     p.add_argument("--fitted", action="store_true",
                    help="with --trace: draw new requests from the trace's fitted length distributions at --qps")
-    p.add_argument("--requests", type=int, default=10_000, help="requests to draw with --fitted")
-    p.add_argument("--arrival-cv", type=float, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")
-    p.add_argument("--slo-ttft-ms", type=float, help="report goodput: requests/s meeting this TTFT")
-    p.add_argument("--slo-tpot-ms", type=float, help="report goodput: requests/s meeting this TPOT")
-    p.add_argument("--replicas", type=int, default=1, help="replicas of the scenario behind one router (default 1)")
+    p.add_argument("--requests", default=10_000, help="requests to draw with --fitted",
+                   type=whole(f"a whole number of requests from 1 to {MAX_REQUESTS:,}", low=1, high=MAX_REQUESTS))
+    p.add_argument("--arrival-cv", type=FINITE, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")
+    p.add_argument("--slo-ttft-ms", type=POSITIVE_MS, help="report goodput: requests/s meeting this TTFT")
+    p.add_argument("--slo-tpot-ms", type=POSITIVE_MS, help="report goodput: requests/s meeting this TPOT")
+    p.add_argument("--replicas", type=SCENARIO_INT, default=1,
+                   help="replicas of the scenario behind one router (default 1)")
     p.add_argument("--router", help="how a fleet's requests are spread: " + ", ".join(ROUTERS)
                    + " (default least-loaded; round-robin for vllm-v0 and static)")
     add_shared_prefix_flag(p)
@@ -238,7 +249,7 @@ def add_simulation_commands(command) -> None:
     add_scenario_arguments(p)
     p.add_argument("--points", help="CSV: prefill_tokens,prefill_count,decode_count,decode_context,step_ms")
     p.add_argument("--trace", help="a stored trace with TTFT/TPOT, replayed in the scenario (its engine, limits)")
-    p.add_argument("--holdout", type=float, default=0.3,
+    p.add_argument("--holdout", type=FINITE, default=0.3,
                    help="--trace: the share of the latest arrivals predicted, not fitted (default 0.3)")
     p.add_argument("-o", "--output", required=True, help="calibration file to write")
     p.set_defaults(func=cmd_calibrate)

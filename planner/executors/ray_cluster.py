@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import socket
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -25,6 +26,22 @@ def _call(fn, args, kwargs) -> bytes:
     # pickled by hand: Ray would hand back numpy arrays as zero-copy views of its object store, pinning every
     # result a search keeps (hundreds) in shared memory until the store fills and spills to disk
     return pickle.dumps(fn(*args, **kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse at once an address nothing answers on: Ray's own connect retries for minutes. ``auto`` (the
+    cluster this machine belongs to) is left to Ray."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PlannerError(f"--ray {address!r}: expected 'local', 'auto' or HOST:PORT of a running cluster "
+                           "(ray://HOST:10001 for Ray Client)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise PlannerError(f"--ray {address}: nothing answers there ({exc.strerror or exc}); expected 'local' or "
+                           "the address of a running cluster (ray start --head)") from None
 
 
 class RayExecutor:
@@ -62,6 +79,7 @@ class RayExecutor:
                                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env,
                                  logging_level=logging.WARNING, configure_logging=False)
                     else:
+                        _check_reachable(address)
                         ray.init(address=address, runtime_env={"py_modules": [str(package)]}, log_to_driver=False,
                                  logging_level=logging.WARNING, configure_logging=False)
             except Exception as exc:     # Ray raises ConnectionError, RuntimeError, ValueError… by cause

@@ -29,6 +29,10 @@ from planner.workload.rates import arrival_rate_rps
 PEAK_MIN_SPAN_S = 60.0      # shorter traces have no per-minute peak to size for
 
 
+# headroom and growth factors past this size a fleet of replicas beyond any the search can place (and no
+# capacity plan means)
+MAX_FACTOR = 1000.0
+
 @dataclass(frozen=True)
 class RecommendOptions:
     """What a recommendation searches over, beyond the scenario.
@@ -71,13 +75,15 @@ class RecommendOptions:
     def __post_init__(self) -> None:
         if self.shared_prefix:
             parse_shared_prefix(self.shared_prefix)
-        if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom) and self.headroom >= 1):
-            raise PlannerError(f"--headroom {self.headroom!r}: expected a factor of at least 1 on the trace's rate")
+        if not (isinstance(self.headroom, (int, float)) and 1 <= self.headroom <= MAX_FACTOR):
+            raise PlannerError(f"--headroom {self.headroom!r}: expected a factor from 1 to {MAX_FACTOR:g} on the "
+                               "trace's rate")
         if not (isinstance(self.max_queue_s, (int, float)) and math.isfinite(self.max_queue_s)
                 and self.max_queue_s > 0):
             raise PlannerError(f"--max-queue-s {self.max_queue_s!r}: expected a positive number of seconds")
-        if not (isinstance(self.growth, (int, float)) and math.isfinite(self.growth) and self.growth >= 1):
-            raise PlannerError(f"--growth {self.growth!r}: expected a factor of at least 1 on the traffic")
+        if not (isinstance(self.growth, (int, float)) and 1 <= self.growth <= MAX_FACTOR):
+            raise PlannerError(f"--growth {self.growth!r}: expected a factor from 1 to {MAX_FACTOR:g} on the "
+                               "traffic")
         if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) or not 0 <= self.resamples <= 1000:
             raise PlannerError(f"--resamples {self.resamples!r}: expected a whole number from 0 to 1,000")
         if self.router is not None:
@@ -134,9 +140,15 @@ def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:
     if text == "none":
         return None
     try:
-        return int(np.ceil(np.percentile(outputs, float(text[1:])))) if text.startswith("p") else int(text)
+        if text.startswith("p"):
+            share = float(text[1:])
+            if not 0 < share <= 100:
+                raise ValueError(text)
+            return int(np.ceil(np.percentile(outputs, share)))
+        return int(text)
     except ValueError as exc:
-        raise PlannerError(f"max_new_tokens option {text!r}: expected none, an integer or pNN") from exc
+        raise PlannerError(f"max_new_tokens option {text!r}: expected none, an integer or pNN (p1 to "
+                           "p100)") from exc
 
 
 def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: RecommendOptions,

@@ -69,7 +69,7 @@ def parse_slo(text: str) -> SLOClass:
         value = float(share.group(share.lastindex - 1)) / (100 if share.group(share.lastindex) else 1)
         if not 0 < value < 1:
             raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100%")
-        bounds = tuple((m, float(v)) for m, v in re.findall(_BOUND, share.group(2)))
+        bounds = tuple((m, _limit_ms(text, v)) for m, v in re.findall(_BOUND, share.group(2)))
         return SLOClass(share.group(1), bounds=bounds, share=value)
     match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
     if not match:
@@ -77,7 +77,21 @@ def parse_slo(text: str) -> SLOClass:
                            "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), NAME:ttft<200,tpot<50@90% "
                            "or NAME:throughput")
     name, metric, pct, limit = match.groups()
-    return SLOClass(name, metric, float(pct), float(limit))
+    if not 0 < float(pct) <= 100:
+        raise PlannerError(f"--slo {text!r}: percentile p{pct} is not one; expected p1 to p100 (p99.9 for the "
+                           "99.9th)")
+    return SLOClass(name, metric, float(pct), _limit_ms(text, limit))
+
+
+def _limit_ms(text: str, value: str) -> float:
+    """A bound's limit: a positive number of milliseconds (the pattern lets ``1.2.3`` and ``0`` through)."""
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = float("nan")
+    if not (limit > 0 and limit < float("inf")):
+        raise PlannerError(f"--slo {text!r}: limit {value!r} is not a positive number of milliseconds")
+    return limit
 
 
 def attainment(result: SimResult, bounds: tuple[tuple[str, float], ...]) -> float:

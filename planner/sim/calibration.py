@@ -17,8 +17,9 @@ import numpy as np
 import polars as pl
 from scipy import optimize
 
-from planner.errors import PlannerError
-from planner.sim.cost_model import CostParams, batch_aggregates, coefficients, step_seconds
+from planner.errors import PlannerError, first_line
+from planner.output_files import write_atomically
+from planner.sim.cost_model import MAX_STEP_SEQUENCES, CostParams, batch_aggregates, coefficients, step_seconds
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -40,14 +41,23 @@ def read_points(path: str | Path) -> pl.DataFrame:
     try:
         frame = pl.read_csv(path)
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise PlannerError(f"--points {path}: cannot read it as CSV ({exc})") from exc
+        raise PlannerError(f"--points {path}: cannot read it as CSV ({first_line(exc)})") from None
     missing = [c for c in POINT_COLUMNS if c not in frame.columns]
     if missing:
         raise PlannerError(f"--points {path} lacks columns {', '.join(missing)}: expected {','.join(POINT_COLUMNS)}")
     try:
         frame = frame.select(pl.col(c).cast(pl.Float64, strict=True) for c in POINT_COLUMNS).fill_null(0.0)
     except pl.exceptions.PolarsError as exc:
-        raise PlannerError(f"--points {path}: every column must be numeric ({exc})") from exc
+        raise PlannerError(f"--points {path}: every column must be numeric ({first_line(exc)})") from None
+    counts = [c for c in POINT_COLUMNS if c != "step_ms"]
+    bad = frame.with_row_index("row", 2).filter(
+        pl.any_horizontal(~pl.col(c).is_finite() | (pl.col(c) < 0) | (pl.col(c) != pl.col(c).floor()) for c in counts)
+        | (pl.col("prefill_count") > MAX_STEP_SEQUENCES) | (pl.col("decode_count") > MAX_STEP_SEQUENCES)
+        | ~pl.col("step_ms").is_finite())
+    if bad.height:
+        raise PlannerError(f"--points {path}: line {bad['row'][0]} (and {bad.height - 1} more) holds a negative, "
+                           f"fractional or non-finite count, or a count past {MAX_STEP_SEQUENCES:,}; expected whole "
+                           "token and sequence counts and a finite step_ms")
     empty = frame.filter((pl.col("prefill_tokens") * pl.col("prefill_count") + pl.col("decode_count") <= 0)
                          | (pl.col("step_ms") <= 0))
     if empty.height:
@@ -238,4 +248,4 @@ def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, sou
 def save(report: dict, path: str | Path, scenario: Scenario) -> None:
     """Write the calibration file ``--calibration`` reads."""
     body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, **report}
-    Path(path).write_text(json.dumps(body, indent=2))
+    write_atomically(Path(path), json.dumps(body, indent=2))

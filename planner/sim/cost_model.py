@@ -249,8 +249,22 @@ def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, i
 
 
 def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> dict:
-    """The ``step`` CLI object: ``{"step_ms", "bound", "compute_ms", "memory_ms", "overhead_ms"}``."""
+    """The ``step`` CLI object: ``{"step_ms", "bound", "compute_ms", "memory_ms", "overhead_ms"}``.
+
+    Raises
+    ------
+    PlannerError
+        For an empty step, or a sequence longer than the scenario's ``max_model_len`` (no engine runs one).
+    """
     c = scenario.coefficients
+    for tokens, context in prefills:
+        if tokens + context > scenario.max_model_len:
+            raise PlannerError(f"--prefill {tokens}@{context}: {tokens + context:,} tokens of context; expected at "
+                               f"most --max-model-len ({scenario.max_model_len:,})")
+    for _, context in decodes:
+        if context > scenario.max_model_len:
+            raise PlannerError(f"--decode context {context:,}: expected at most --max-model-len "
+                               f"({scenario.max_model_len:,})")
     agg = batch_aggregates(prefills, decodes)
     if agg[0] + agg[2] <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
@@ -262,23 +276,37 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
             "overhead_ms": (seconds - busy) * 1e3}
 
 
+# sequences one step spec may name: past any engine's max_num_seqs (vLLM's default is 256 to 1,024)
+MAX_STEP_SEQUENCES = 65_536
+
+
+def _whole(text: str, low: int, high: int) -> int:
+    value = int(text)
+    if not low <= value <= high:
+        raise ValueError(text)
+    return value
+
+
 def parse_prefill(spec: str) -> list[tuple[int, int]]:
     """``512`` (one chunk, no context), ``512x4`` (four), ``512@1024`` (after 1,024 computed tokens)."""
     try:
         head, _, context = spec.partition("@")
         tokens, _, count = head.partition("x")
-        return [(int(tokens), int(context or 0))] * int(count or 1)
-    except ValueError as exc:
-        raise PlannerError(f"--prefill {spec!r}: expected TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT") from exc
+        chunk = (_whole(tokens, 1, 2**31 - 1), _whole(context or "0", 0, 2**31 - 1))
+        return [chunk] * _whole(count or "1", 1, MAX_STEP_SEQUENCES)
+    except ValueError:
+        raise PlannerError(f"--prefill {spec!r}: expected TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT (TOKENS and COUNT "
+                           f"at least 1, COUNT at most {MAX_STEP_SEQUENCES:,}, CONTEXT at least 0)") from None
 
 
 def parse_decode(spec: str) -> tuple[int, int]:
     """``16x640``: 16 decoding sequences with 640 tokens of context each."""
     try:
         count, _, context = spec.partition("x")
-        return int(count), int(context)
-    except ValueError as exc:
-        raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640") from exc
+        return _whole(count, 1, MAX_STEP_SEQUENCES), _whole(context, 1, 2**31 - 1)
+    except ValueError:
+        raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640 (COUNT from 1 to "
+                           f"{MAX_STEP_SEQUENCES:,}, CONTEXT at least 1)") from None
 
 
 def load_params(path: str | Path | None) -> CostParams:

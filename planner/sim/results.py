@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from planner.sim.fleet import ONE, Fleet
-from planner.sim.stability import verdict
+from planner.sim.stability import saturated, verdict
 from planner.sim.workload import SimWorkload
 from planner.tables import Table
 
@@ -211,13 +211,9 @@ class SimulationSummary:
     replicas: int = 1
     router: str = ONE.router
     verdict: str = "stable"
+    saturated: bool = False     # the load exceeded capacity (:func:`planner.sim.stability.saturated`)
     prefix_cache: dict = field(default_factory=dict)
     per_replica: list[ReplicaSummary] = field(default_factory=list)
-
-    @property
-    def saturated(self) -> bool:
-        """The queue grows without bound: the verdict is ``overloaded`` (the contract's ``saturated`` key)."""
-        return self.verdict == "overloaded"
 
     @property
     def rejection_note(self) -> str | None:
@@ -347,7 +343,8 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
         preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
         steps=result.steps, settings=asdict(scenario.settings),
         per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
-        verdict=result.verdict, prefix_cache=prefix_cache_stats(result, done), per_replica=per_replica(result),
+        verdict=result.verdict, saturated=saturated(w.arrival_s, result.first_scheduled, result.rejected),
+        prefix_cache=prefix_cache_stats(result, done), per_replica=per_replica(result),
         timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
                           timeline[:, 3].tolist(), (timeline[:, 4] * 1e3).tolist()))
 

@@ -3,6 +3,7 @@ input)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
@@ -46,15 +47,16 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
                       + (f" on {fleet.replicas} replicas ({router.name})" if fleet.replicas > 1 else ""))
     started = time.perf_counter()
     keep = ~too_long
+    check_work(prompt[keep], output[keep], settings, fleet.replicas)
     log_every = max(1, work.n // 200)
     args = (work.arrival_s[keep], prompt[keep], output[keep], settings, coeffs, log_every)
     if eng.fleet_loop:
         group = work.group[keep] if work.group is not None else np.full(int(keep.sum()), -1, np.int64)
         identity = work.prefix.subset(keep) if work.prefix is not None else None
         spec = FleetSpec(fleet.replicas, router.code, group, int(group.max(initial=-1)) + 1, identity)
-        raw = eng.run(*args, spec)
+        raw = interruptible(eng.run, *args, spec)
     else:
-        raw = _round_robin(eng, args, fleet.replicas)
+        raw = interruptible(_round_robin, eng, args, fleet.replicas)
     if fleet.replicas > 1:     # replicas log at their own step ends, which interleave out of order by a step
         raw = replace(raw, timeline=raw.timeline[np.argsort(raw.timeline[:, 0], kind="stable")])
     wall = time.perf_counter() - started
@@ -74,6 +76,53 @@ def simulate(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, a
                      full(raw.first_scheduled, np.nan), full(raw.preemptions, 0), rejected, too_long, raw.steps,
                      raw.timeline, wall, full(raw.generated, 0), raw.free_blocks_at_end, full(raw.replica, -1),
                      fleet, full(raw.hits, 0) if cached else None, full(raw.rehits, 0) if cached else None)
+
+
+# engine steps a replay may need at the least: at the compiled loop's 10-20 million steps a second, a few
+# minutes; beyond it a replay is refused up front rather than left to run for hours
+MAX_STEPS = 2 * 10**9
+
+
+def check_work(prompt: np.ndarray, output: np.ndarray, settings, replicas: int) -> None:
+    """Refuse a replay whose fewest possible engine steps exceed :data:`MAX_STEPS`: every output token but the
+    first takes a decode step, at most ``max_num_seqs`` of them a step per replica, and every prompt token a
+    prefill slot, at most ``max_num_batched_tokens`` a step.
+
+    Raises
+    ------
+    PlannerError
+        Naming the bound and what to change.
+    """
+    decode_steps = float(np.maximum(output - 1, 0).sum()) / (settings.max_num_seqs * replicas)
+    prefill_steps = float(prompt.sum()) / (settings.max_num_batched_tokens * replicas)
+    fewest = max(decode_steps, prefill_steps)
+    if fewest > MAX_STEPS:
+        raise PlannerError(f"this replay needs at least {fewest:,.0f} engine steps ({prompt.size:,} requests, "
+                           f"{float(output.sum()):,.0f} output tokens on {replicas} replica(s) of max_num_seqs "
+                           f"{settings.max_num_seqs}); expected at most {MAX_STEPS:,}: replay fewer requests, or "
+                           "raise --max-num-seqs or --replicas")
+
+
+def interruptible(fn, *args):
+    """``fn(*args)`` (a compiled loop, which releases the GIL and never returns to the interpreter until it ends)
+    on a helper thread, the calling thread waiting in Python: Ctrl-C raises KeyboardInterrupt at once, and the
+    loop's daemon thread ends with the process. Off the main thread (a search's workers) it simply runs."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:     # re-raised in the caller's thread
+            box["error"] = exc
+    worker = threading.Thread(target=target, name="planner-sim", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def default_router(engine: str) -> str:

@@ -64,3 +64,16 @@ def verdict(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np.n
     if waiting[-1] > floor and slope * (second.size - 1) > floor:
         return "overloaded"
     return "backlogged" if waiting.max() > floor else "stable"
+
+
+def saturated(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np.ndarray) -> bool:
+    """Whether the server ran out of capacity for the offered load: the verdict is ``overloaded``, or every request
+    arrived at one instant (an infinite offered rate, ``vllm bench --request-rate inf``) and more than K of them had
+    to wait for a later step. A burst that queues drains, so its verdict is ``backlogged``; but the server was
+    saturated by it."""
+    outcome = verdict(arrival_s, first_scheduled_s, rejected)
+    if outcome == "overloaded":
+        return True
+    keep = ~rejected
+    arrival = arrival_s[keep]
+    return outcome == "backlogged" and (arrival.size < 2 or float(np.ptp(arrival)) <= 0)

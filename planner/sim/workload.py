@@ -11,6 +11,15 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.sim.prefix import PrefixIdentity, declared, from_hash_ids, from_sessions, parse_shared_prefix
 
+# bounds of a synthetic spec: requests held in memory at once, and a length far past any model's context (a
+# longer prompt is rejected by the engine like any too long for max_model_len)
+MAX_REQUESTS = 10**7
+MAX_TOKENS = 2**31 - 1
+# request rates (and rate factors) a replay takes: one request a million seconds apart to a million a second;
+# past either end the simulated clock runs to 1e300 s, or every request arrives within one step anyway
+RATE_RANGE = (1e-6, 1e6)
+MAX_ARRIVAL_CV = 100.0      # burstier gaps than this underflow the gamma draw's shape
+
 
 @dataclass(frozen=True)
 class SimWorkload:
@@ -89,12 +98,15 @@ def sorted_workload(arrival, inputs, outputs, source: str, group=None, hash_ids=
 
 def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1.0) -> np.ndarray:
     """Arrival times of a renewal process at ``qps`` with inter-arrival CV ``cv`` (1: Poisson); ``inf``: all at 0."""
-    if not qps > 0:             # NaN too
-        raise PlannerError(f"qps {qps}: expected a positive rate (or inf: every request at once)")
-    if np.isinf(qps):
+    low, high = RATE_RANGE
+    if np.isinf(qps) and qps > 0:
         return np.zeros(n)
-    if not (math.isfinite(cv) and cv > 0):
-        raise PlannerError(f"arrival CV {cv}: expected a positive, finite coefficient of variation (1: Poisson)")
+    if not low <= qps <= high:             # NaN too
+        raise PlannerError(f"qps {qps}: expected a rate from {low:g} to {high:g} requests/s (or inf: every request "
+                           "at once)")
+    if not (math.isfinite(cv) and 0 < cv <= MAX_ARRIVAL_CV):
+        raise PlannerError(f"arrival CV {cv}: expected a positive coefficient of variation up to {MAX_ARRIVAL_CV:g} "
+                           "(1: Poisson)")
     shape = 1.0 / cv**2
     gaps = rng.gamma(shape, 1.0 / (qps * shape), size=n)
     gaps[0] = 0.0
@@ -104,18 +116,19 @@ def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1
 def _lengths(spec: str, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
     parts = spec.split(":")
     try:
-        if len(parts) == 1 and int(parts[0]) >= 1:
+        if len(parts) == 1 and 1 <= int(parts[0]) <= MAX_TOKENS:
             return np.full(n, int(parts[0]), dtype=np.int64)
-        if parts[0] == "uniform" and len(parts) == 3 and 1 <= int(parts[1]) <= int(parts[2]):
+        if parts[0] == "uniform" and len(parts) == 3 and 1 <= int(parts[1]) <= int(parts[2]) <= MAX_TOKENS:
             return rng.integers(int(parts[1]), int(parts[2]) + 1, size=n)
         if parts[0] == "lognormal" and len(parts) == 3:
             mu, sigma = float(parts[1]), float(parts[2])
             if math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0:
-                return np.maximum(np.rint(rng.lognormal(mu, sigma, size=n)), 1).astype(np.int64)
+                # clipped before the cast: a draw past int64 would wrap to a negative length
+                return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, MAX_TOKENS).astype(np.int64)
     except ValueError:
         pass
-    raise PlannerError(f"{what}={spec!r}: expected a positive integer, uniform:A:B (1 <= A <= B) or "
-                       "lognormal:MU:SIGMA (finite, SIGMA >= 0)")
+    raise PlannerError(f"{what}={spec!r}: expected a positive integer, uniform:A:B (1 <= A <= B) up to "
+                       f"{MAX_TOKENS:,} tokens, or lognormal:MU:SIGMA (finite, SIGMA >= 0)")
 
 
 def synthetic(spec: str) -> SimWorkload:
@@ -141,8 +154,10 @@ def synthetic(spec: str) -> SimWorkload:
     except ValueError as exc:
         raise PlannerError(f"--synthetic {spec!r}: requests and seed must be integers, qps and the gamma CV "
                            "numbers") from exc
-    if n < 1:
-        raise PlannerError(f"--synthetic requests={n}: expected at least one request")
+    if not 1 <= n <= MAX_REQUESTS:
+        raise PlannerError(f"--synthetic requests={n}: expected from 1 to {MAX_REQUESTS:,} requests")
+    if not 0 <= seed < 2**63:
+        raise PlannerError(f"--synthetic seed={seed}: expected a non-negative whole number")
     if cv is None:
         raise PlannerError(f"arrival={arrival!r}: expected poisson or gamma:CV")
     rng = np.random.default_rng(seed)

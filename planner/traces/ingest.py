@@ -19,10 +19,10 @@ from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.content_hash import ContentHash
 from planner.traces.files import FileSet, resolve_files
-from planner.traces.layouts import detect_mapping
+from planner.traces.layouts import check_overrides, detect_mapping
 from planner.traces.parsing import OPTIONAL_FIELDS, plan_parse
 from planner.traces.row_numbers import FileRows, number_dropped, row_sql, structural_rejects
-from planner.traces.sources import Dialect, open_source, read_error
+from planner.traces.sources import FORMATS, Dialect, open_source, read_error
 from planner.traces.timestamps import seconds_sql
 
 ProgressFn = Callable[[float, str], None]
@@ -127,12 +127,19 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     PlannerError
         For unreadable, empty, binary or malformed files and unusable mappings; the store is left unchanged.
     """
+    if name is not None and not name.strip():
+        raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
+    if fmt != "auto" and fmt not in FORMATS:
+        raise PlannerError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
+    check_overrides(overrides, unit_overrides)
     fileset = resolve_files(path)
     path = fileset.paths[0]
     report = on_progress or (lambda f, m: None)
     report(0.0, "hashing")
     content = ContentHash(fileset.paths)
-    if not content.background:
+    # a large file's hash overlaps its load, unless a stored trace has its very size: a duplicate's load, rolled
+    # back, would still grow the store file by the blocks it wrote, so then the hash decides first
+    if not content.background or store.may_hold_bytes(con, fileset.total_bytes):
         existing = store.find_by_hash(con, content.value())
         if existing is not None:
             store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
@@ -149,6 +156,9 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     except duckdb.Error as exc:
         raise read_error(path, source.format, exc) from None
     notes = list(source.notes)
+    if fileset.kind == "glob":      # what a pattern named is worth saying: it may match more, or fewer, than meant
+        notes.insert(0, f"the glob {fileset.spec!r} matched {len(fileset.paths):,} "
+                        f"file{'s' if len(fileset.paths) > 1 else ''}")
     with store.WRITE_LOCK:      # one writer at a time: names stay unique, duplicates are seen
         cur.execute("BEGIN")
         try:
@@ -209,10 +219,10 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             cur.execute(
                 "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
                 "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
-                "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, $comp, $layout, "
-                "$mapping, $units, $dialect, $rows, $rejected, $failed, $has_time, $kind, $res, $start, $notes, "
-                "now()::TIMESTAMP, $files)",
-                {"id": trace_id, "name": trace_name, "files": len(fileset.paths),
+                "start_epoch_s, notes, created, files, source_bytes) VALUES ($id, $name, $src, $sha, $fmt, $comp, "
+                "$layout, $mapping, $units, $dialect, $rows, $rejected, $failed, $has_time, $kind, $res, $start, "
+                "$notes, now()::TIMESTAMP, $files, $bytes)",
+                {"id": trace_id, "name": trace_name, "files": len(fileset.paths), "bytes": fileset.total_bytes,
                  "src": source_file or (path.name if fileset.kind == "file" else fileset.spec), "sha": sha,
                  "fmt": source.format, "comp": source.compression, "layout": mapping.layout,
                  "mapping": json.dumps(mapping.columns), "units": json.dumps(plan.units),

@@ -123,6 +123,26 @@ class Mapping:
     units: dict[str, str]            # canonical field -> "s"/"ms"/... for times; "auto" = decide from values
 
 
+def check_overrides(overrides: dict[str, str] | None, unit_overrides: dict[str, str] | None) -> None:
+    """Refuse ``--map`` fields and ``--unit`` fields or units that name nothing, before a file is read (whether a
+    ``--map`` column exists needs the file: :func:`detect_mapping` checks that).
+
+    Raises
+    ------
+    PlannerError
+        Naming the field or unit and the ones expected.
+    """
+    for fld in overrides or {}:
+        if fld not in FIELDS:
+            raise PlannerError(f"--map: unknown field {fld!r}; expected one of {', '.join(FIELDS)}")
+    for fld, unit in (unit_overrides or {}).items():
+        allowed = TIME_UNITS if fld == "arrival" else LATENCY_UNITS if fld in LATENCY_FIELDS else None
+        if allowed is None:
+            raise PlannerError(f"--unit: field {fld!r} has no unit; expected arrival, ttft_ms, tpot_ms or e2e_ms")
+        if unit not in allowed and not (fld == "arrival" and unit == "datetime"):
+            raise PlannerError(f"--unit {fld}={unit}: expected one of {', '.join(allowed)}")
+
+
 def detect_mapping(columns: list[str], overrides: dict[str, str] | None = None,
                    unit_overrides: dict[str, str] | None = None) -> Mapping:
     """Map source columns to canonical fields.
@@ -168,9 +188,8 @@ def detect_mapping(columns: list[str], overrides: dict[str, str] | None = None,
                 used.add(col)
                 break
 
+    check_overrides(overrides, unit_overrides)
     for fld, col in overrides.items():
-        if fld not in FIELDS:
-            raise PlannerError(f"--map: unknown field {fld!r}; expected one of {', '.join(FIELDS)}")
         if col == "":
             mapped.pop(fld, None)
             units.pop(fld, None)
@@ -196,13 +215,7 @@ def detect_mapping(columns: list[str], overrides: dict[str, str] | None = None,
     for fld in mapped:
         if fld == "arrival" or fld in LATENCY_FIELDS:
             units.setdefault(fld, unit_from_name(mapped[fld]) or "auto")
-    for fld, unit in unit_overrides.items():
-        allowed = TIME_UNITS if fld == "arrival" else LATENCY_UNITS if fld in LATENCY_FIELDS else None
-        if allowed is None:
-            raise PlannerError(f"--unit: field {fld!r} has no unit; expected arrival, ttft_ms, tpot_ms or e2e_ms")
-        if unit not in allowed and not (fld == "arrival" and unit == "datetime"):
-            raise PlannerError(f"--unit {fld}={unit}: expected one of {', '.join(allowed)}")
-        units[fld] = unit
+    units.update(unit_overrides)
     name = layout.name if layout else "generic"
     return Mapping(name + ("+map" if overrides else ""), mapped, units)
 

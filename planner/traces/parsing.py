@@ -145,6 +145,9 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     file_column = many_files and source.format != "parquet"
     if file_column:
         parsed.append("file_index AS __file")
+    if source.row_error:        # a row that is no record at all: that is its one reason
+        bad.insert(0, f"{source.row_error} IS NOT NULL")
+        reasons = [f"coalesce({source.row_error}, concat_ws('; ', {', '.join(reasons)}))"]
     bad_sql = " OR ".join(bad)
     # Every stored column costs about a tenth of a bare load's time, all-NULL or not, so the data table holds only
     # what the view needs: the fields the source has (the view adds the rest as NULL), a failed flag only where a

@@ -17,6 +17,8 @@ def structural_rejects(cur, source: Source) -> list[tuple[int, int, str, str]]:
     rows = cur.execute(f"SELECT file_id, line, first(csv_line), arg_min(lower(error_type) || ': ' || "
                        f"error_message, column_idx) FROM {source.rejects_table} GROUP BY file_id, line "
                        "ORDER BY file_id, line").fetchall()
+    if source.format == "jsonl":    # split on a byte valid JSON never holds raw: the line is not JSON
+        rows = [(f, line, raw, "not valid JSON (a raw control character 0x1F)") for f, line, raw, _ in rows]
     return [(int(f), int(line) - header, raw, reason) for f, line, raw, reason in rows]
 
 

@@ -23,6 +23,7 @@ _HEAD_BYTES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _PARQUET_MAGIC = b"PAR1"
+JSON_SAMPLE = 20_480        # objects a JSON reader types its columns from (DuckDB's sample_size)
 
 
 def sql_str(value: str) -> str:
@@ -57,8 +58,10 @@ class Source:
     notes: tuple[str, ...] = field(default_factory=tuple)
     peek_sql: str | None = None       # the reader without side effects, for sampling values
     paths: tuple[Path, ...] = ()      # every file read, in row order (empty: just ``path``)
-    numeric: dict[str, str] = field(default_factory=dict)   # columns the reader types as numbers (Parquet,
-    #                                                         JSON) and their types: read as such
+    numeric: dict[str, str] = field(default_factory=dict)   # columns the reader types as numbers (Parquet)
+    #                                                         and their types: read as such
+    row_error: str | None = None      # a column with why a source row is no record at all (a JSON line that
+    #                                   is not an object), NULL for a readable one; its raw text is ``__raw``
 
     def is_integer(self, column: str) -> bool:
         return self.numeric.get(column) in _INTEGER_TYPES
@@ -73,6 +76,8 @@ class Source:
 
     def raw_row_sql(self) -> str:
         """SQL rebuilding the source row as text, for the rejects table."""
+        if self.row_error:
+            return "__raw"
         if self.format in ("csv", "tsv"):
             delim = sql_str(self.dialect.delimiter if self.dialect else ",")
             parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), '')" for expr in self.columns.values())
@@ -163,6 +168,18 @@ _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYI
 _NUMERIC_TYPES = _INTEGER_TYPES + ("FLOAT", "DOUBLE", "DECIMAL")
 
 
+def walk_column(columns: dict[str, str], numeric: dict[str, str], name: str, expr: str, dtype) -> None:
+    """Add a reader column to ``columns`` (STRUCT fields flattened to ``parent.child``), and to ``numeric`` with
+    its type where the reader types it as a number."""
+    if str(dtype).startswith("STRUCT"):
+        for child_name, child_type in dtype.children:
+            walk_column(columns, numeric, f"{name}.{child_name}", f"{expr}.{quote_ident(child_name)}", child_type)
+    else:
+        columns[name] = expr
+        if str(dtype).split("(")[0] in _NUMERIC_TYPES:
+            numeric[name] = str(dtype).split("(")[0]
+
+
 def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path,
              fmt: str) -> tuple[dict[str, str], dict[str, str]]:
     """Columns of a reader, STRUCT fields flattened to ``parent.child``, and the numeric ones' types."""
@@ -172,18 +189,8 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path,
         raise read_error(path, fmt, exc) from None
     columns: dict[str, str] = {}
     numeric: dict[str, str] = {}
-
-    def walk(name: str, expr: str, dtype) -> None:
-        if str(dtype).startswith("STRUCT"):
-            for child_name, child_type in dtype.children:
-                walk(f"{name}.{child_name}", f"{expr}.{quote_ident(child_name)}", child_type)
-        else:
-            columns[name] = expr
-            if str(dtype).split("(")[0] in _NUMERIC_TYPES:
-                numeric[name] = str(dtype).split("(")[0]
-
     for name, dtype in zip(rel.columns, rel.types, strict=True):
-        walk(name, quote_ident(name), dtype)
+        walk_column(columns, numeric, name, quote_ident(name), dtype)
     return columns, numeric
 
 
@@ -291,17 +298,22 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
         reader = f"read_parquet({p})"
         columns, numeric = _flatten(con, reader, path, fmt)
         return Source(path, fmt, compression, reader, columns, notes=tuple(notes), paths=many, numeric=numeric)
-    json_format = {"jsonl": "newline_delimited", "json": "auto"}[fmt]
-    reader = f"read_json({p}, format={sql_str(json_format)}, compression={comp}, sample_size=20480)"
-    columns, numeric = _flatten(con, reader, path, fmt)
-    if {"input_lens", "output_lens"} <= set(columns):
-        if many:
-            raise PlannerError(f"{path.name} is a vLLM benchmark result: one run per file; expected it ingested "
-                               "on its own, not as part of a directory or glob")
-        reader, columns, note = _vllm_benchmark_reader(con, reader, columns)
-        notes.append(note)
-        numeric = {}
-    return Source(path, fmt, compression, reader, columns, notes=tuple(notes), paths=many, numeric=numeric)
+    if fmt == "json":       # a vLLM benchmark result is one object of parallel lists: DuckDB's reader unnests it
+        native = f"read_json({p}, format='auto', compression={comp}, sample_size={JSON_SAMPLE})"
+        try:
+            columns, _ = _flatten(con, native, path, fmt)
+        except PlannerError:
+            columns = {}            # not records DuckDB can type as a whole (a stray element): read per element
+        if {"input_lens", "output_lens"} <= set(columns):
+            if many:
+                raise PlannerError(f"{path.name} is a vLLM benchmark result: one run per file; expected it "
+                                   "ingested on its own, not as part of a directory or glob")
+            reader, columns, note = _vllm_benchmark_reader(con, native, columns)
+            return Source(path, fmt, compression, reader, columns, notes=(*notes, note), paths=many)
+    # a reader of its own, built on this module's (imported here: it imports this module)
+    from planner.traces.json_records import json_records
+
+    return json_records(con, paths, fmt, compression, tuple(notes), rejects_name)
 
 
 def _vllm_benchmark_reader(con, reader: str, columns: dict[str, str]) -> tuple[str, dict[str, str], str]:

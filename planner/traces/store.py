@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS traces (
     files BIGINT NOT NULL DEFAULT 1    -- files read as this one trace (a directory or a glob: see trace_files)
 );
 ALTER TABLE traces ADD COLUMN IF NOT EXISTS files BIGINT DEFAULT 1;  -- stores written before multi-file ingest
+ALTER TABLE traces ADD COLUMN IF NOT EXISTS source_bytes BIGINT;     -- the files' total size (null: a summary)
 CREATE TABLE IF NOT EXISTS trace_files (       -- the files of a trace read from several, in row order
     trace_id VARCHAR NOT NULL,
     idx BIGINT NOT NULL,
@@ -92,6 +93,33 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir("llm-capacity-planner")) / "traces.duckdb"
 
 
+# a DuckDB database file holds this at byte 8 (after its header checksum): storage/storage_info.hpp, MAGIC_BYTES
+_DUCKDB_MAGIC_OFFSET, _DUCKDB_MAGIC = 8, b"DUCK"
+
+
+def _check_store_path(db_path: Path) -> None:
+    """Refuse a store path that names anything but a DuckDB database or a new file: DuckDB would otherwise open
+    a CSV or Parquet file read-only as an attached view and every write would go nowhere."""
+    if not db_path.exists():
+        if db_path.is_symlink():
+            raise PlannerError(f"--db {db_path}: a broken symbolic link; expected a DuckDB store or a new path")
+        return
+    if db_path.is_dir():
+        raise PlannerError(f"--db {db_path}: is a directory; expected a DuckDB store file or a new path")
+    if not db_path.is_file():
+        raise PlannerError(f"--db {db_path}: is not a regular file (a FIFO, socket or device); expected a DuckDB "
+                           "store file or a new path")
+    try:
+        with open(db_path, "rb") as fh:
+            head = fh.read(_DUCKDB_MAGIC_OFFSET + len(_DUCKDB_MAGIC))
+    except OSError as exc:
+        raise PlannerError(f"--db {db_path}: cannot read it ({exc.strerror}); expected a DuckDB store this user "
+                           "can read and write") from None
+    if head and head[_DUCKDB_MAGIC_OFFSET:] != _DUCKDB_MAGIC:      # an empty file is a new store
+        raise PlannerError(f"--db {db_path}: not a DuckDB database (a CSV, Parquet or other file); expected a "
+                           "DuckDB store file or a new path, and nothing in it was changed")
+
+
 def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the DuckDB store and make sure its tables exist.
 
@@ -105,7 +133,8 @@ def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnecti
     duckdb.DuckDBPyConnection
         A connection with the session time zone set to UTC, so zone-less timestamps read as UTC.
     """
-    db_path = Path(path) if path is not None else default_db_path()
+    db_path = Path(path).expanduser() if path is not None else default_db_path()
+    _check_store_path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         con = duckdb.connect(str(db_path))
@@ -177,6 +206,7 @@ class TraceInfo:
     notes: list
     created: str
     files: int = 1
+    source_bytes: int | None = None
 
 
 def _trace_from_row(cols: list[str], row: tuple) -> TraceInfo:
@@ -228,6 +258,13 @@ def find_by_hash(con: duckdb.DuckDBPyConnection, sha256: str) -> TraceInfo | Non
     rel = cur.sql("SELECT * FROM traces WHERE content_sha256 = $h", params={"h": sha256})
     cols, rows = rel.columns, rel.fetchall()
     return _trace_from_row(cols, rows[0]) if rows else None
+
+
+def may_hold_bytes(con: duckdb.DuckDBPyConnection, size: int) -> bool:
+    """Whether a stored trace could hold files of ``size`` bytes in all: one of that size, or one stored before
+    sizes were (whose size is unknown). Only then can a new file be a duplicate."""
+    return con.cursor().execute("SELECT count(*) FROM traces WHERE layout <> 'summary' AND (source_bytes = $b OR "
+                                "source_bytes IS NULL)", {"b": size}).fetchall()[0][0] > 0
 
 
 def content_hash(con: duckdb.DuckDBPyConnection, trace_id: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 
 from planner.errors import PlannerError
@@ -16,10 +18,17 @@ FIT_FIELDS = ("input_tokens", "output_tokens", "interarrival")
 def fit_length_field(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str, *, cap: float | None = None,
                      detect: bool = True, seed: int = 0) -> LengthFit:
     """Censored maximum-likelihood fits of one length field (:func:`planner.workload.fitting.lengths.fit_lengths`)."""
+    if cap is not None and not (math.isfinite(cap) and cap > 0):
+        raise PlannerError(f"--cap {cap!r}: expected a positive number of tokens")
     x, w = length_counts(con, trace_id, fld)
     if w.sum() < 2:
         raise PlannerError(f"{fld}: the trace has fewer than two non-failed requests with a value; nothing to fit")
-    return fit_lengths(x, w, cap=cap, detect=detect, seed=seed)
+    try:
+        return fit_lengths(x, w, cap=cap, detect=detect, seed=seed)
+    except ValueError as exc:       # too few distinct values (below a cap): the data, not a defect
+        where = f", the cap is {cap:g}" if cap is not None else ""
+        raise PlannerError(f"{fld}: {exc} (the trace has {len(x):,} distinct values{where}); expected at least two "
+                           "distinct values to fit") from None
 
 
 def fit_interarrival(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> ArrivalFit:

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from planner.errors import PlannerError
-from planner.sim.workload import SimWorkload, poisson_or_gamma, sorted_workload
+from planner.sim.workload import RATE_RANGE, SimWorkload, poisson_or_gamma, sorted_workload
 from planner.traces import store
 from planner.workload.rates import arrival_rate_rps
 
@@ -21,10 +21,12 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     (a trace without timestamps needs ``qps``: Poisson arrivals at that rate), with their prefix identity: the
     stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared."""
     info = store.get_trace(con, trace_ref)
-    if rate_scale is not None and not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise PlannerError(f"--rate-scale {rate_scale}: expected a positive, finite factor")
-    if qps is not None and not (math.isfinite(qps) and qps > 0):
-        raise PlannerError(f"--qps {qps}: expected a positive, finite request rate")
+    low, high = RATE_RANGE
+    if rate_scale is not None and not (math.isfinite(rate_scale) and low <= rate_scale <= high):
+        raise PlannerError(f"--rate-scale {rate_scale}: expected a positive, finite factor from {low:g} to {high:g}")
+    if qps is not None and not (math.isfinite(qps) and low <= qps <= high):
+        raise PlannerError(f"--qps {qps}: expected a positive, finite request rate from {low:g} to {high:g} "
+                           "requests/s")
     if info.layout == "summary":
         return _from_summary(con, info, rate_scale, qps, seed).with_shared_prefix(shared_prefix)
     frame = _replayed(con, info)

@@ -33,6 +33,43 @@ def default_window_s(span_s: float) -> float:
     return float(2592000)
 
 
+# per-window tables past this many rows say nothing a chart can show (and one per request at worst)
+MAX_WINDOWS = 10_000
+
+
+def check_window(window_s: float, span_s: float | None) -> None:
+    """Refuse a window width that is not a positive number or cuts the trace's span into more than
+    :data:`MAX_WINDOWS` windows.
+
+    Raises
+    ------
+    PlannerError
+        Naming the width and what was expected.
+    """
+    if not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
+        raise PlannerError(f"--window {window_s!r}: expected a positive number of seconds")
+    if span_s and span_s / window_s > MAX_WINDOWS:
+        raise PlannerError(f"--window {window_s:g}: {span_s / window_s:,.0f} windows over the trace's {span_s:,.0f} s; "
+                           f"expected at most {MAX_WINDOWS:,} (a width of at least {span_s / MAX_WINDOWS:.3g} s)")
+
+
+def parse_bucket_edges(text: str) -> tuple[float, ...]:
+    """Length bucket edges from ``512,2048``: positive, finite, strictly increasing token counts.
+
+    Raises
+    ------
+    PlannerError
+        Naming the text and what was expected.
+    """
+    try:
+        edges = tuple(float(e) for e in text.split(","))
+    except ValueError:
+        edges = ()
+    if not edges or not all(math.isfinite(e) and e > 0 for e in edges) or list(edges) != sorted(set(edges)):
+        raise PlannerError(f"--buckets {text!r}: expected increasing positive token counts such as 512,2048")
+    return edges
+
+
 def grouped_percentiles(con: duckdb.DuckDBPyConnection, trace_id: str, by: str,
                         window_s: float | None = None) -> list[dict]:
     """Percentile blocks of input, output and total tokens per model or per time window (non-failed requests).
@@ -190,6 +227,8 @@ def workload_report(con: duckdb.DuckDBPyConnection, trace_ref: str, *, window_s:
     arrivals = arrival_overview(con, info)
     if window_s is None and arrivals is not None:
         window_s = default_window_s(arrivals["span_s"])
+    elif window_s is not None:
+        check_window(window_s, arrivals["span_s"] if arrivals else None)
     latency = {}
     for lat_field in ("ttft_ms", "tpot_ms", "e2e_ms"):
         for by_field in ("input_tokens", "output_tokens"):
