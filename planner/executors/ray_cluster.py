@@ -68,6 +68,8 @@ class RayExecutor:
             import planner
 
             package = Path(planner.__file__).resolve().parent
+            if address != "local":      # checked even with a runtime already up: an address is a promise
+                _check_reachable(address)
             try:
                 if not ray.is_initialized():
                     if address == "local":
@@ -79,7 +81,6 @@ class RayExecutor:
                                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, runtime_env=env,
                                  logging_level=logging.WARNING, configure_logging=False)
                     else:
-                        _check_reachable(address)
                         ray.init(address=address, runtime_env={"py_modules": [str(package)]}, log_to_driver=False,
                                  logging_level=logging.WARNING, configure_logging=False)
             except Exception as exc:     # Ray raises ConnectionError, RuntimeError, ValueError… by cause
