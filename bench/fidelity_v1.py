@@ -10,13 +10,15 @@ TP2; ``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048, ``max_model_len`` 40
 study is held out: nothing here reads it.
 
 The workload: 100 prompts (``index mod 100``, send-order swaps within ±3 repaired by length), cycled, so after
-the first cycle every prompt is cached, and in it ten groups of ten share a system prompt; outputs exactly ``output_len`` tokens (``ignore_eos``; the recorded
-``output_tokens`` re-tokenizes the streamed text and is noisy). TPOT is ``(mean E2E − mean TTFT) / (output − 1)``.
+the first cycle every prompt is cached, and in it ten groups of ten share a system prompt; outputs exactly
+``output_len`` tokens (``ignore_eos``; the recorded ``output_tokens`` re-tokenizes the streamed text and is noisy).
+TPOT is ``(mean E2E − mean TTFT) / (output − 1)``.
 
 Two model states: the defaults (nothing fitted), and calibrated on stage 0 of each two-stage run (``calibrate
 --trace``'s fit: MFU, MBU) then predicting its stage 1. Prints per-stage absolute % errors of TTFT mean/p99, TPOT,
 E2E mean/p99, their medians, the KV blocks predicted against those the server reported, and which runs are
-predicted overloaded. Usage: python bench/fidelity_v1.py --training PATH [--runs ID ...]
+predicted overloaded; then the verdict on the servers issue 15 names as held (:data:`HELD_SERVERS`).
+Usage: python bench/fidelity_v1.py --training PATH [--runs ID ...]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
-from planner.catalog.presets import get_model  # noqa: E402
+from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_trace  # noqa: E402
 from planner.sim.prefix import PrefixIdentity  # noqa: E402
@@ -59,6 +61,18 @@ PROMPTS = 100         # inference-perf's shared-prefix generator: 10 groups × 1
 GROUPS = 10
 SWAP_WINDOW = 3       # send order differs from dispatch order by swaps of at most 3 places (224 client workers)
 METRICS = ("ttft_mean", "ttft_p99", "tpot", "e2e_mean", "e2e_p99")
+# The servers issue 15 names as held (TTFT means of 62-425 ms) where the planner once predicted overload: (model,
+# GPU, TP, req/s). Nothing of those runs is read; only the verdict on the development runs' prompts is checked.
+# Two models have no preset: their Hugging Face config.json fields (Qwen/Qwen3-14B, mistralai/Mixtral-8x22B-v0.1).
+QWEN3_14B = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
+             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408, "vocab_size": 151936,
+             "tie_word_embeddings": False, "max_position_embeddings": 40960}
+MIXTRAL_8X22B = {"model_type": "mixtral", "hidden_size": 6144, "num_hidden_layers": 56, "num_attention_heads": 48,
+                 "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 32768,
+                 "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 65536}
+HELD_SERVERS = (("mixtral-8x7b", "h100-sxm", 2, 20.0), (MIXTRAL_8X22B, "h100-sxm", 8, 20.0),
+                (QWEN3_14B, "h100-sxm", 1, 20.0), (QWEN3_14B, "l40s", 1, 6.0),
+                ("codellama-34b", "a100-80gb-sxm", 2, 6.0), ("llama-2-70b", "a100-80gb-sxm", 4, 6.0))
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,26 @@ def calibrated(run: Run) -> Scenario:
                                                                     **report["params"], "source": "stage 0"}))
 
 
+def held_servers(runs: list[Run], seed: int = 0) -> list[dict]:
+    """The verdict and TTFT mean on each of :data:`HELD_SERVERS`, for each workload among ``runs`` (its requests
+    and prompt identity, arrivals redrawn as Poisson at the server's rate): a check that the defaults do not call
+    overloaded what the issue says held, not a fidelity figure (other models' tokenizers, unknown batch budgets)."""
+    workloads = {run.run_id.rsplit("-", 1)[1]: run for run in runs}
+    rows = []
+    for model, gpu, tp, rate in HELD_SERVERS:
+        spec = get_model(model) if isinstance(model, str) else from_hf_config(
+            model, name="qwen3-14b" if model is QWEN3_14B else "mixtral-8x22b")
+        for kind, run in workloads.items():
+            arrival = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, run.work.n))
+            work = SimWorkload(arrival, run.work.input_tokens, run.work.output_tokens, kind, prefix=run.work.prefix)
+            scenario = run.scenario.replace(model=spec, gpu=get_gpu(gpu), tp=tp)
+            result = simulate(work, scenario)
+            rows.append({"model": spec.name, "gpu": gpu, "tp": tp, "rate": rate, "workload": kind,
+                         "verdict": summarize(result).verdict, "ttft_mean_ms": float(result.ttft_s.mean() * 1e3),
+                         "ttft_p99_ms": float(np.percentile(result.ttft_s, 99) * 1e3)})
+    return rows
+
+
 def _table(rows: list[dict], title: str) -> None:
     print(f"\n{title}")
     print(f"{'run':28s} {'stage':>5s} {'rate':>5s} " + " ".join(f"{m:>22s}" for m in METRICS) + "  verdict")
@@ -210,6 +244,12 @@ def main() -> None:
         held = [row for run in runs if len(run.rates) > 1 for row in compare(run, calibrated(run), (1,))]
         _table(held, "calibrated on stage 0, predicting stage 1")
         out["calibrated_stage1"] = held
+    held = held_servers(runs)
+    print("\nservers the issue names as held (the runs' prompts, Poisson arrivals at the rate; verdict only)")
+    for r in held:
+        print(f"{r['model']:14s} {r['gpu']:14s} TP{r['tp']} {r['rate']:4.0f}/s {r['workload']:9s} "
+              f"TTFT mean {r['ttft_mean_ms']:6.1f} ms, p99 {r['ttft_p99_ms']:6.1f} ms  {r['verdict']}")
+    out["held_servers"] = held
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

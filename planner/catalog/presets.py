@@ -13,6 +13,7 @@ from pathlib import Path
 
 from planner.catalog.models import FAMILIES, MLA, ModelSpec, MoE
 from planner.errors import PlannerError
+from planner.limits import MAX_COUNT
 
 _COMMON = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 _REQUIRED = {
@@ -35,8 +36,8 @@ _RANGES = {"hidden_size": _WIDTH, "intermediate_size": _WIDTH, "ffn_dim": _WIDTH
            "moe_intermediate_size": _WIDTH, "head_dim": _WIDTH, "kv_lora_rank": _WIDTH, "q_lora_rank": _WIDTH,
            "qk_rope_head_dim": _WIDTH, "qk_nope_head_dim": _WIDTH, "v_head_dim": _WIDTH,
            "word_embed_proj_dim": _WIDTH, "num_hidden_layers": (1, 10_000), "num_attention_heads": _COUNT,
-           "num_key_value_heads": _COUNT, "vocab_size": (1, 2**24), "max_position_embeddings": (1, 2**31 - 1),
-           "sliding_window": (1, 2**31 - 1), "num_local_experts": _COUNT, "n_routed_experts": _COUNT,
+           "num_key_value_heads": _COUNT, "vocab_size": (1, 2**24), "max_position_embeddings": (1, MAX_COUNT),
+           "sliding_window": (1, MAX_COUNT), "num_local_experts": _COUNT, "n_routed_experts": _COUNT,
            "num_experts_per_tok": _COUNT, "n_shared_experts": (0, 2**16), "first_k_dense_replace": (0, 10_000),
            "num_nextn_predict_layers": (0, 10_000)}
 

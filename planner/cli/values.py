@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
-# the compiled loops keep counts and token positions in 64-bit integers; a flag's count stays far below
-MAX_COUNT = 2**31 - 1
+from planner.limits import MAX_COUNT
 
 
 def real(what: str, *, above: float | None = None, low: float | None = None, high: float | None = None):

@@ -23,6 +23,7 @@ import numpy as np
 from planner.capacity.memory import kv_bytes_per_token
 from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes
 from planner.errors import PlannerError
+from planner.limits import MAX_COUNT
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -292,7 +293,7 @@ def parse_prefill(spec: str) -> list[tuple[int, int]]:
     try:
         head, _, context = spec.partition("@")
         tokens, _, count = head.partition("x")
-        chunk = (_whole(tokens, 1, 2**31 - 1), _whole(context or "0", 0, 2**31 - 1))
+        chunk = (_whole(tokens, 1, MAX_COUNT), _whole(context or "0", 0, MAX_COUNT))
         return [chunk] * _whole(count or "1", 1, MAX_STEP_SEQUENCES)
     except ValueError:
         raise PlannerError(f"--prefill {spec!r}: expected TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT (TOKENS and COUNT "
@@ -303,7 +304,7 @@ def parse_decode(spec: str) -> tuple[int, int]:
     """``16x640``: 16 decoding sequences with 640 tokens of context each."""
     try:
         count, _, context = spec.partition("x")
-        return _whole(count, 1, MAX_STEP_SEQUENCES), _whole(context, 1, 2**31 - 1)
+        return _whole(count, 1, MAX_STEP_SEQUENCES), _whole(context, 1, MAX_COUNT)
     except ValueError:
         raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640 (COUNT from 1 to "
                            f"{MAX_STEP_SEQUENCES:,}, CONTEXT at least 1)") from None

@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.limits import MAX_COUNT
 from planner.sim.prefix import PrefixIdentity, declared, from_hash_ids, from_sessions, parse_shared_prefix
 
-# bounds of a synthetic spec: requests held in memory at once, and a length far past any model's context (a
-# longer prompt is rejected by the engine like any too long for max_model_len)
+# requests a synthetic spec may hold in memory at once; its lengths stop at MAX_COUNT, far past any model's context
+# (a longer prompt is rejected by the engine like any too long for max_model_len)
 MAX_REQUESTS = 10**7
-MAX_TOKENS = 2**31 - 1
 # request rates (and rate factors) a replay takes: one request a million seconds apart to a million a second;
 # past either end the simulated clock runs to 1e300 s, or every request arrives within one step anyway
 RATE_RANGE = (1e-6, 1e6)
@@ -116,19 +116,19 @@ def poisson_or_gamma(n: int, qps: float, rng: np.random.Generator, cv: float = 1
 def _lengths(spec: str, n: int, rng: np.random.Generator, what: str) -> np.ndarray:
     parts = spec.split(":")
     try:
-        if len(parts) == 1 and 1 <= int(parts[0]) <= MAX_TOKENS:
+        if len(parts) == 1 and 1 <= int(parts[0]) <= MAX_COUNT:
             return np.full(n, int(parts[0]), dtype=np.int64)
-        if parts[0] == "uniform" and len(parts) == 3 and 1 <= int(parts[1]) <= int(parts[2]) <= MAX_TOKENS:
+        if parts[0] == "uniform" and len(parts) == 3 and 1 <= int(parts[1]) <= int(parts[2]) <= MAX_COUNT:
             return rng.integers(int(parts[1]), int(parts[2]) + 1, size=n)
         if parts[0] == "lognormal" and len(parts) == 3:
             mu, sigma = float(parts[1]), float(parts[2])
             if math.isfinite(mu) and math.isfinite(sigma) and sigma >= 0:
                 # clipped before the cast: a draw past int64 would wrap to a negative length
-                return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, MAX_TOKENS).astype(np.int64)
+                return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, MAX_COUNT).astype(np.int64)
     except ValueError:
         pass
     raise PlannerError(f"{what}={spec!r}: expected a positive integer, uniform:A:B (1 <= A <= B) up to "
-                       f"{MAX_TOKENS:,} tokens, or lognormal:MU:SIGMA (finite, SIGMA >= 0)")
+                       f"{MAX_COUNT:,} tokens, or lognormal:MU:SIGMA (finite, SIGMA >= 0)")
 
 
 def synthetic(spec: str) -> SimWorkload:
