@@ -321,6 +321,8 @@ def _check_cost(cost: CostParams) -> None:
     """The cost model's parameters, as a calibration file or defaults give them."""
     for name in ("mfu", "mbu", "link_efficiency"):
         value = getattr(cost, name)
+        if value is None and name in ("mfu", "mbu"):
+            continue            # the GPU's
         if not isinstance(value, numbers.Real) or not 0 < value <= 1:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
     for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "tp_step_overhead_s",

@@ -1,11 +1,14 @@
 """The step-time cost model against the reference worked examples, its monotonicity, and calibration."""
 
 import json
+import os
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cli_json, run_cli
+from helpers import ROOT, cli_json, run_cli
 
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
@@ -281,3 +284,43 @@ def test_calibration_says_when_the_scenario_cannot_be_the_measured_server():
     assert any(w.split(" ")[0] in ("mfu", "mbu") and " ended at " in w and "top of its range" in w
                for w in report["warnings"])
     assert report["held_out"]["bias"] > 0.05            # the A100 replay stays slower than what was measured
+
+
+def test_each_gpu_family_has_its_measured_default_efficiencies():
+    from planner.catalog.gpus import DEFAULT_MBU, DEFAULT_MFU, FAMILY_EFFICIENCY
+
+    l40s = get_gpu("l40s")
+    # the checked GPUs take the defaults as they are; L40S its GEMMs' ratios to the H100's (0.885, 0.943)
+    assert (A100.mfu, A100.mbu) == (get_gpu("h100-sxm").mfu, get_gpu("h100-sxm").mbu) == (DEFAULT_MFU, DEFAULT_MBU)
+    assert (l40s.mfu, l40s.mbu) == (0.487, 0.754) == tuple(round(d * f, 3) for d, f in
+                                                             zip((DEFAULT_MFU, DEFAULT_MBU), FAMILY_EFFICIENCY["l40s"]))
+    # a 64 × 1,024 decode of Llama-3-8B on an L40S streams its bytes at 0.754 × 864 GB/s
+    ideal = replace(MBU08, mbu=None)
+    step = predict_step(S(gpu=l40s, cost=ideal), [], [(64, 1024)])
+    c = S(gpu=l40s).coefficients
+    memory_bytes = c.weight_bytes + c.kv_bytes_per_token * (64 * 1024 + 64)
+    assert step["memory_ms"] == pytest.approx(memory_bytes / (0.754 * 864e9) * 1e3, rel=1e-9)
+    assert c.s_per_flop == pytest.approx(1 / (0.487 * 362e12))
+    # a calibrated value is the GPU's no more: it applies as fitted
+    fitted = S(gpu=l40s, cost=CostParams(mfu=0.6, mbu=0.9)).coefficients
+    assert fitted.s_per_flop == pytest.approx(1 / (0.6 * 362e12))
+    assert fitted.s_per_byte == pytest.approx(1 / (0.9 * 864e9))
+    # what the GPU leaves to the scenario follows the GPU when it changes
+    assert S(gpu=l40s).replace(gpu=A100).coefficients.s_per_byte == pytest.approx(1 / (0.8 * 2039e9))
+
+
+AICONFIGURATOR = os.environ.get("AICONFIGURATOR", "")
+
+
+@pytest.mark.skipif(not AICONFIGURATOR or not Path(AICONFIGURATOR).exists(),
+                    reason="no clone of ai-dynamo/aiconfigurator (AICONFIGURATOR)")
+def test_family_factors_are_what_the_kernel_tables_give():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_efficiency
+
+    from planner.catalog.gpus import FAMILY_EFFICIENCY
+
+    rows = gpu_efficiency.factors(Path(AICONFIGURATOR))
+    assert rows["h100-sxm"]["mfu_ratio"] == rows["h100-sxm"]["mbu_ratio"] == 1.0
+    for name, (mfu_ratio, mbu_ratio) in FAMILY_EFFICIENCY.items():
+        assert round(rows[name]["mfu_ratio"], 3) == mfu_ratio and round(rows[name]["mbu_ratio"], 3) == mbu_ratio

@@ -15,6 +15,11 @@ GiB = 1024**3
 GB = 10**9
 TB = 10**12
 
+# The cost model's end-to-end efficiencies on the GPUs they come from: A100 (reference/performance-models.md, its
+# worked examples and Vidur's A100 GEMM and GEMV timings) and H100 SXM (checked on vLLM v0.15.1, bench/fidelity_v1.py)
+DEFAULT_MFU = 0.55
+DEFAULT_MBU = 0.80
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -36,6 +41,10 @@ class GPU:
     # one small all-reduce between two ranks inside a model's step: A100 NVLink 20-50 µs
     # (reference/performance-models.md §2), NCCL over PCIe 20-60 µs; H100 NVLink below (its catalog entry)
     allreduce_latency_s: float = 25e-6
+    # the cost model's MFU and MBU on this GPU where a calibration does not set them (CostParams' None):
+    # DEFAULT_MFU / DEFAULT_MBU, scaled by FAMILY_EFFICIENCY for the GPUs it names
+    mfu: float = DEFAULT_MFU
+    mbu: float = DEFAULT_MBU
 
     @property
     def memory_gib(self) -> float:
@@ -55,7 +64,19 @@ _PCIE5 = 64 * GB * 0.8
 # vLLM's custom all-reduce over H100 NVLink: 6.5-10 µs per decode-sized message at TP 2-4 (vllm PRs #24111, #24532)
 HOPPER_NVLINK_ALLREDUCE_S = 10e-6
 
-GPUS: dict[str, GPU] = {g.name: g for g in (
+# (MFU, MBU) as fractions of the H100's for other GPUs: the median ratio of their vLLM 0.14 BF16 GEMMs to the
+# H100's on the same shapes, large batches for MFU, 1-8 tokens (weight streaming) for MBU (AIConfigurator's kernel
+# tables, commit 095f58a5; bench/gpu_efficiency.py recomputes them). A GPU those tables lack (L4, A10G, MI300X, the
+# PCIe parts) takes the defaults unscaled: no source.
+FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {"h200": (0.938, 0.880), "l40s": (0.885, 0.943)}
+
+
+def _family(gpu: GPU) -> GPU:
+    mfu_ratio, mbu_ratio = FAMILY_EFFICIENCY.get(gpu.name, (1.0, 1.0))
+    return replace(gpu, mfu=round(DEFAULT_MFU * mfu_ratio, 3), mbu=round(DEFAULT_MBU * mbu_ratio, 3))
+
+
+GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
     GPU("a100-80gb-sxm", "A100 80GB SXM4", _gib(79.15), 80, 2039 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
         1.9, False, "Ampere, HBM2e 2,039 GB/s, NVLink3 600 GB/s total; CUDA reports ≈ 79.14-79.15 GiB"),
     GPU("a100-40gb-sxm", "A100 40GB SXM4", _gib(39.50), 40, 1555 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,

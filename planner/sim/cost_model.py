@@ -39,11 +39,13 @@ class CostParams:
 
     Attributes
     ----------
-    mfu : float
+    mfu : float or None
         Fraction of peak FLOP/s a prefill-heavy step reaches (Vidur-measured A100 GEMMs 0.69-0.80; end-to-end
-        prefill 0.4-0.5, BLIS 0.38).
-    mbu : float
+        prefill 0.4-0.5, BLIS 0.38). None: the GPU's (:attr:`planner.catalog.gpus.GPU.mfu`: 0.55 on A100 and
+        H100, scaled by measured GEMMs on H200 and L40S).
+    mbu : float or None
         Fraction of peak memory bandwidth a decode step streams at (vLLM/TRT-LLM 0.6-0.85; A100 GEMV 0.81).
+        None: the GPU's (:attr:`planner.catalog.gpus.GPU.mbu`: 0.80 on A100 and H100).
     step_overhead_s : float
         Scheduler, sampler and launch time per iteration (0.1-0.2 ms with CUDA graphs).
     seq_overhead_s : float
@@ -75,8 +77,8 @@ class CostParams:
         ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs.
     """
 
-    mfu: float = 0.55
-    mbu: float = 0.80
+    mfu: float | None = None
+    mbu: float | None = None
     step_overhead_s: float = 150e-6
     seq_overhead_s: float = 4e-6
     allreduce_latency_s: float | None = None
@@ -92,8 +94,11 @@ class CostParams:
 
     def resolved(self, scenario: Scenario) -> CostParams:
         """These parameters with what is left to the GPU and the engine (None) filled in from them."""
-        return replace(self, allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
-                                                  else scenario.gpu.allreduce_latency_s),
+        gpu = scenario.gpu
+        return replace(self, mfu=gpu.mfu if self.mfu is None else self.mfu,
+                       mbu=gpu.mbu if self.mbu is None else self.mbu,
+                       allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
+                                            else gpu.allreduce_latency_s),
                        tp_step_overhead_s=(self.tp_step_overhead_s if self.tp_step_overhead_s is not None
                                            else scenario.engine_spec.tp_step_overhead_s))
 

@@ -1,0 +1,89 @@
+"""Per-GPU-family MFU and MBU defaults from measured vLLM GEMMs (AIConfigurator's kernel tables).
+
+The cost model's end-to-end efficiencies (MFU 0.55, MBU 0.80) come from A100 measurements
+(``../shared/reference/performance-models.md``: its worked examples, Vidur's A100 GEMM and GEMV timings) and hold on
+H100 SXM (the vLLM v0.15.1 runs of ``bench/fidelity_v1.py``). Any other GPU takes the H100's, scaled by how its BF16
+GEMMs fare against the H100's on the same shapes in vLLM 0.14's kernels: MFU by the large-batch GEMMs (m = 1,024
+to 8,192 tokens: compute-bound), MBU by the small-batch ones (m = 1 to 8: weight-streaming, as a decode step is).
+The median over the shapes (n, k ≥ 4,096) of each shape's ratio is the factor; ``planner/catalog/gpus.py`` holds
+the results (:data:`planner.catalog.gpus.FAMILY_EFFICIENCY`) and a test checks them against this script.
+
+Data: ai-dynamo/aiconfigurator (Apache-2.0) commit 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/
+<gpu>/gemm/vllm/0.14.0/gemm_perf.parquet`` (latency in ms per (m, n, k), BF16 and FP8 rows; BF16 read). Read from
+a clone, not copied: ``git clone https://github.com/ai-dynamo/aiconfigurator`` and pass it with ``--aiconfigurator``.
+Usage: python bench/gpu_efficiency.py --aiconfigurator PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.catalog.gpus import FAMILY_EFFICIENCY, get_gpu  # noqa: E402
+
+DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
+TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
+ANCHOR = "h100_sxm"
+# our catalog name -> AIConfigurator's system directory; a100_sxm is shown, not used (A100 has its own check)
+SYSTEMS = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
+COMPUTE_M = (1024, 2048, 4096, 8192)
+STREAM_M = (1, 2, 4, 8)
+
+
+def gemm_table(repo: Path, system: str, gpu_name: str) -> pl.DataFrame:
+    """BF16 rows of one system's table with each shape's achieved fraction of the GPU's peak FLOP/s (``mfu``)
+    and of its bandwidth (``mbu``: weights, input and output bytes once)."""
+    blob = subprocess.run(["git", "-C", str(repo), "show", f"{DATA_COMMIT}:{TABLE.format(system)}"], check=True,
+                          capture_output=True).stdout
+    gpu = get_gpu(gpu_name)
+    seconds = pl.col("latency") * 1e-3
+    m, n, k = pl.col("m"), pl.col("n"), pl.col("k")
+    return (pl.read_parquet(io.BytesIO(blob)).filter(pl.col("gemm_dtype") == "bfloat16")
+            .filter((n >= 4096) & (k >= 4096))
+            .group_by(["m", "n", "k"]).agg(pl.col("latency").min())
+            .with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
+                          mbu=2 * (n * k + m * (n + k)) / seconds / gpu.hbm_bw_bytes_s))
+
+
+def factors(repo: Path) -> dict[str, dict[str, float]]:
+    """Per catalog GPU: the median MFU and MBU ratios to the H100's over the shapes both measured, the shape
+    counts, and the GPU's own medians."""
+    anchor = gemm_table(repo, ANCHOR, "h100-sxm")
+    out = {}
+    for name, system in SYSTEMS.items():
+        both = gemm_table(repo, system, name).join(anchor, on=["m", "n", "k"], suffix="_h100")
+        compute, stream = both.filter(pl.col("m").is_in(COMPUTE_M)), both.filter(pl.col("m").is_in(STREAM_M))
+        out[name] = {"mfu_ratio": float((compute["mfu"] / compute["mfu_h100"]).median()),
+                     "mbu_ratio": float((stream["mbu"] / stream["mbu_h100"]).median()),
+                     "gemm_mfu": float(compute["mfu"].median()), "gemv_mbu": float(stream["mbu"].median()),
+                     "shapes": compute.height + stream.height}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aiconfigurator", default=os.environ.get("AICONFIGURATOR"),
+                        help="a clone of github.com/ai-dynamo/aiconfigurator (or set AICONFIGURATOR)")
+    args = parser.parse_args()
+    if not args.aiconfigurator or not Path(args.aiconfigurator).exists():
+        sys.exit("error: --aiconfigurator: expected a clone of https://github.com/ai-dynamo/aiconfigurator: "
+                 "git clone https://github.com/ai-dynamo/aiconfigurator")
+    rows = factors(Path(args.aiconfigurator))
+    print(f"{'GPU':14s} {'GEMM MFU':>9s} {'GEMV MBU':>9s} {'MFU / H100':>11s} {'MBU / H100':>11s} {'shapes':>7s}  "
+          "catalog factors")
+    for name, r in rows.items():
+        held = FAMILY_EFFICIENCY.get(name)
+        print(f"{name:14s} {r['gemm_mfu']:9.3f} {r['gemv_mbu']:9.3f} {r['mfu_ratio']:11.3f} {r['mbu_ratio']:11.3f} "
+              f"{r['shapes']:7d}  {'—' if held is None else f'{held[0]:.3f} / {held[1]:.3f}'}")
+
+
+if __name__ == "__main__":
+    main()
