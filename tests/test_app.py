@@ -361,3 +361,14 @@ def test_every_page_opens_on_a_trace_stored_as_its_summary(tmp_path, monkeypatch
     at.switch_page("pages/report.py").run()
     at.button(key="report_build").click().run()
     assert not at.exception
+
+
+def test_the_scenario_states_the_gpu_familys_step_efficiencies(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "family.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["gpu"] = "l40s"
+    at.run()
+    at.switch_page("pages/memory.py").run()
+    assert not at.exception
+    # the L40S's own defaults (its GEMMs against the H100's), not the A100/H100 0.55 / 0.80
+    assert any("MFU 0.487, MBU 0.754" in c.value for c in at.caption)
