@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) bench/fidelity.py
 	$(PY) bench/calibrate_points.py
 	@if [ -n "$$INFSIM_TRAINING" ]; then $(PY) bench/fidelity_v1.py; else echo "bench/fidelity_v1.py skipped: set INFSIM_TRAINING to a clone of https://github.com/inference-sim/training (its data is not bundled)"; fi
+	@if [ -n "$$AICONFIGURATOR" ]; then $(PY) bench/gpu_efficiency.py; else echo "bench/gpu_efficiency.py skipped: set AICONFIGURATOR to a clone of https://github.com/ai-dynamo/aiconfigurator (its kernel tables are not bundled)"; fi
 	$(PY) bench/recommend.py --ray
 
 sample: $(STAMP)
