@@ -188,9 +188,10 @@ def scenario() -> Scenario:
         st.success(f"Overheads fitted from the log: weights {o.weights_bytes / GiB:.2f} GiB per GPU, activation "
                    f"{o.activation_bytes / GiB:.2f} GiB, non-torch {o.non_torch_bytes / GiB:.2f} GiB, CUDA graphs "
                    f"{o.cudagraph_bytes / GiB:.2f} GiB (outside the budget), GPU memory {gpu.memory_gib:.2f} GiB.")
+    applied = out.cost.resolved(out)
     st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "
                f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; "
                f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}; step costs at MFU "
-               f"{out.cost.resolved(out).mfu:.3g}, MBU {out.cost.resolved(out).mbu:.3g}. {gpu.help}")
+               f"{applied.mfu:.3g}, MBU {applied.mbu:.3g}. {gpu.help}")
     return out
