@@ -32,7 +32,7 @@ from planner.catalog.gpus import FAMILY_EFFICIENCY, get_gpu  # noqa: E402
 DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
 ANCHOR = "h100_sxm"
-# our catalog name -> AIConfigurator's system directory; a100_sxm is shown, not used (A100 has its own check)
+# our catalog name -> AIConfigurator's system directory; a100_sxm is shown, not used (A100 keeps the reference's)
 SYSTEMS = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
 COMPUTE_M = (1024, 2048, 4096, 8192)
 STREAM_M = (1, 2, 4, 8)
@@ -59,7 +59,8 @@ def factors(repo: Path) -> dict[str, dict[str, float]]:
     anchor = gemm_table(repo, ANCHOR, "h100-sxm")
     out = {}
     for name, system in SYSTEMS.items():
-        both = gemm_table(repo, system, name).join(anchor, on=["m", "n", "k"], suffix="_h100")
+        table = anchor if system == ANCHOR else gemm_table(repo, system, name)
+        both = table.join(anchor, on=["m", "n", "k"], suffix="_h100")
         compute, stream = both.filter(pl.col("m").is_in(COMPUTE_M)), both.filter(pl.col("m").is_in(STREAM_M))
         out[name] = {"mfu_ratio": float((compute["mfu"] / compute["mfu_h100"]).median()),
                      "mbu_ratio": float((stream["mbu"] / stream["mbu_h100"]).median()),
