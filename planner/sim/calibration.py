@@ -123,7 +123,7 @@ def _at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
 
 def _weak(moves: dict[str, float], what: str, remedy: str) -> list[str]:
     """A warning per parameter whose 10% change moves no prediction by ``_WEAK``."""
-    return [f"{name} is poorly constrained: 10% more moves no predicted {what} by more than {move:.2%}, below "
+    return [f"{name} is poorly constrained: a 10% change moves no predicted {what} by more than {move:.2%}, below "
             f"measurement noise, so its fitted value is not to be trusted; add {remedy}"
             for name, move in moves.items() if move < _WEAK]
 
@@ -173,8 +173,10 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
     base = _trace_quantiles(simulate(part, scenario.replace(cost=params)))
     moves = {}
     for name in _TRACE_PARAMS:
-        nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(
-            params, **{name: min(1.0, getattr(params, name) * (1 + _NUDGE))}))))
+        value = getattr(params, name)
+        # 10% more, or 10% less for one on the top of its range
+        value *= 1 + _NUDGE if value * (1 + _NUDGE) <= _BOUNDS[name][1] else 1 - _NUDGE
+        nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(params, **{name: value}))))
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
     report["warnings"] = _at_bound(params, _TRACE_PARAMS) + _weak(
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
@@ -208,19 +210,22 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
     targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
 
+    lo, hi = (np.array(b) for b in zip(*(_BOUNDS[k] for k in _TRACE_PARAMS), strict=True))
+
     def fit_for(pool: Scenario) -> tuple[float, CostParams]:
+        # the search runs unbounded in log space and each point is projected onto the ranges: a fit that wants
+        # more than full compute or bandwidth ends exactly on the bound (which the report then warns of), where
+        # a penalty wall left it anywhere near one
         def loss(log_vec):
-            values = np.exp(log_vec)
-            if np.any(values > 1):
-                return 1e6
+            values = np.clip(np.exp(log_vec), lo, hi)
             result = simulate(workload, pool.replace(cost=_with(start, _TRACE_PARAMS, values)))
             got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
             return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
                              for name, want in targets))
-        x0 = np.log([getattr(start, k) for k in _TRACE_PARAMS])
+        x0 = np.log(np.clip([getattr(start, k) for k in _TRACE_PARAMS], lo, hi))
         fit = optimize.minimize(loss, x0, method="Nelder-Mead",
                                 options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
-        return float(fit.fun), _with(start, _TRACE_PARAMS, np.exp(fit.x))
+        return float(fit.fun), _with(start, _TRACE_PARAMS, np.clip(np.exp(fit.x), lo, hi))
 
     blocks = scenario.settings.num_blocks
     pools = [scenario.replace(num_gpu_blocks=max(1, int(blocks * f))) if f != 1.0 else scenario
