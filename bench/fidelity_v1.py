@@ -41,6 +41,7 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_trace  # noqa: E402
+from planner.sim.pool_margin import pool_margin  # noqa: E402
 from planner.sim.prefix import PrefixIdentity  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
@@ -204,10 +205,19 @@ def held_servers(runs: list[Run], seed: int = 0) -> list[dict]:
             work = SimWorkload(arrival, run.work.input_tokens, run.work.output_tokens, kind, prefix=run.work.prefix)
             scenario = run.scenario.replace(model=spec, gpu=get_gpu(gpu), tp=tp)
             result = simulate(work, scenario)
+            margin = pool_margin(work, scenario, result=result)
             rows.append({"model": spec.name, "gpu": gpu, "tp": tp, "rate": rate, "workload": kind,
                          "verdict": summarize(result).verdict, "ttft_mean_ms": float(result.ttft_s.mean() * 1e3),
-                         "ttft_p99_ms": float(np.percentile(result.ttft_s, 99) * 1e3)})
+                         "ttft_p99_ms": float(np.percentile(result.ttft_s, 99) * 1e3),
+                         "kv_margin": margin.to_dict()})
     return rows
+
+
+def _edge(margin: dict) -> str:
+    if margin["edge_blocks"] is None:
+        lo, hi = margin["searched_blocks"]
+        return f"none in {lo:,}-{hi:,}"
+    return f"{margin['edge_blocks']:,} ({margin['change']:+.0%})"
 
 
 def _table(rows: list[dict], title: str) -> None:
@@ -248,7 +258,8 @@ def main() -> None:
     print("\nservers the issue names as held (the runs' prompts, Poisson arrivals at the rate; verdict only)")
     for r in held:
         print(f"{r['model']:14s} {r['gpu']:14s} TP{r['tp']} {r['rate']:4.0f}/s {r['workload']:9s} "
-              f"TTFT mean {r['ttft_mean_ms']:6.1f} ms, p99 {r['ttft_p99_ms']:6.1f} ms  {r['verdict']}")
+              f"TTFT mean {r['ttft_mean_ms']:6.1f} ms, p99 {r['ttft_p99_ms']:6.1f} ms  {r['verdict']}, KV pool "
+              f"{r['kv_margin']['blocks']:,} blocks, edge {_edge(r['kv_margin'])}")
     out["held_servers"] = held
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

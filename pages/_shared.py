@@ -102,6 +102,19 @@ def request_lengths(trace_id: str):
     return queries.request_lengths(connection(), trace_id)
 
 
+def _sim_workload(trace_id: str, workload: dict):
+    """The replay the Simulate page's workload choice names."""
+    from planner.sim.workload import from_fits, synthetic
+    from planner.workload.replay import from_trace
+
+    if workload["source"] == "synthetic":
+        return synthetic(workload["spec"])
+    if workload["source"] == "trace replay":
+        return from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"])
+    fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
+    return from_fits(*fits, n=10_000, qps=workload["qps"]).with_shared_prefix(workload["prefix"])
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     """A replay's typed summary plus per-request TTFT and TPOT, cached per trace, scenario (its key covers every
@@ -109,18 +122,20 @@ def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
     from planner.sim.fleet import Fleet
     from planner.sim.results import summarize
     from planner.sim.run import simulate
-    from planner.sim.workload import from_fits, synthetic
-    from planner.workload.replay import from_trace
 
-    if workload["source"] == "synthetic":
-        work = synthetic(workload["spec"])
-    elif workload["source"] == "trace replay":
-        work = from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"])
-    else:
-        fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
-        work = from_fits(*fits, n=10_000, qps=workload["qps"]).with_shared_prefix(workload["prefix"])
-    result = simulate(work, _scenario, fleet=Fleet(workload["replicas"], workload["router"]))
+    result = simulate(_sim_workload(trace_id, workload), _scenario,
+                      fleet=Fleet(workload["replicas"], workload["router"]))
     return summarize(result), result.ttft_s, result.tpot_s
+
+
+@st.cache_data(max_entries=32, show_spinner="Finding where the verdict flips with the KV pool…")
+def pool_edge(trace_id: str, scenario_key: str, workload: dict, _scenario):
+    """The replay's KV-pool margin (:func:`planner.sim.pool_margin.pool_margin`), cached as :func:`simulation`."""
+    from planner.sim.fleet import Fleet
+    from planner.sim.pool_margin import pool_margin
+
+    return pool_margin(_sim_workload(trace_id, workload), _scenario,
+                       fleet=Fleet(workload["replicas"], workload["router"]))
 
 
 @st.cache_resource(show_spinner=False)

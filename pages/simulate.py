@@ -4,7 +4,8 @@ import streamlit as st
 
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
-from pages._shared import measured_latency, require_frame, selected_trace, show_rejections, show_table, simulation
+from pages._shared import (measured_latency, pool_edge, require_frame, selected_trace, show_rejections, show_table,
+                           simulation)
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
 from planner.sim.calibration import latency_errors
@@ -34,9 +35,9 @@ if source != "synthetic" and info is None:
 
 progress = st.progress(0.0, text="simulating…")
 try:
-    summary, ttft, tpot = simulation(info.trace_id if info else "", s.key,
-                                     {"source": source, "scale": scale, "qps": qps, "spec": spec,
-                                      "replicas": int(replicas), "router": router, "prefix": shared_prefix()}, s)
+    choice = {"source": source, "scale": scale, "qps": qps, "spec": spec, "replicas": int(replicas),
+              "router": router, "prefix": shared_prefix()}
+    summary, ttft, tpot = simulation(info.trace_id if info else "", s.key, choice, s)
 except PlannerError as exc:
     progress.empty()
     st.error(str(exc))
@@ -58,6 +59,7 @@ m[1].metric("Queue", summary.verdict, help="stable: requests waiting never excee
 m[2].metric("Queueing p99", f"{summary.queue_ms.p99 or 0:,.0f} ms")
 m[3].metric("KV blocks", f"{s.settings.num_blocks:,}", help=f"{s.block_size}-token blocks the engine schedules "
             "against (the Memory page's plan)")
+edge_slot = st.empty()      # filled last: the margin replays the workload at other pools
 fleet_text = f"{summary.replicas} replicas ({summary.router}), each " if summary.replicas > 1 else ""
 st.caption(f"{summary.workload} · {fleet_text}{s.engine} on {s.tp}× {s.gpu.name} · weights {s.weight_dtype}, KV "
            f"{s.kv_cache_dtype} in {s.block_size}-token blocks · max_num_seqs {s.max_num_seqs}, max_num_batched_tokens "
@@ -83,3 +85,6 @@ c1, c2 = st.columns(2)
 c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": predicted and measured" if measured
                                                                             else ""), measured), key="sim_cdf")
 c2.altair_chart(sim_charts.timeline_chart(summary.timeline), key="sim_timeline")
+
+margin = pool_edge(info.trace_id if info else "", s.key, choice, s)
+(edge_slot.warning if margin.near else edge_slot.caption)("KV pool margin: " + margin.sentence())

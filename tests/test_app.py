@@ -235,6 +235,10 @@ def test_simulate_page_runs_a_fleet_behind_a_router(tmp_path, monkeypatch):
     assert grid["requests"].max() - grid["requests"].min() <= 1
     assert any(m.label == "Queue" and m.value in ("stable", "backlogged", "overloaded") for m in at.metric)
     assert any("3 replicas (round-robin)" in c.value for c in at.caption)
+    # the KV pool margin names the pool the page simulated (warning or caption, by how near the edge is)
+    blocks = next(m.value for m in at.metric if m.label == "KV blocks")
+    edge = [e.value for e in (*at.caption, *at.warning) if e.value.startswith("KV pool margin: The queue")]
+    assert len(edge) == 1 and f"at {blocks} KV blocks" in edge[0]
 
 
 def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):

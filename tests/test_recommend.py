@@ -134,6 +134,7 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     assert any(b["tpot_p99_ms_hi"] > b["tpot_p99_ms_lo"] for b in details["bands"])   # resampling moves p99
     tornado = {(r["factor"], r["change"]): r["value_ms"] for r in details["tornado"]}
     assert tornado[("arrival rate", "+20%")] >= tornado[("arrival rate", "-20%")]
+    assert {("KV cache pool", "-20%"), ("KV cache pool", "+20%")} <= set(tornado)
 
 
 def test_recommend_page(tmp_path, monkeypatch):

@@ -73,6 +73,10 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
     assert assumptions["cost_model"]["mfu"] == 0.55 and assumptions["model_config"]["layers"] == 32
     assert assumptions["reproduce"].startswith("python -m planner report ") and "--model llama-3-8b" in \
         assumptions["reproduce"]
+    # the replay's KV pool margin, against the memory plan's pool, in both twins
+    margin = body["simulation"]["kv_margin"]
+    assert margin["blocks"] == body["memory"]["plan"]["num_blocks"] and margin["holds"] is True
+    assert margin["simulations"] >= 1 and "KV pool margin" in page and "KV pool margin" in md
     assert json.loads(json.dumps(body)) == body                                   # the JSON twin round-trips
 
 

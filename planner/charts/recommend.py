@@ -53,13 +53,13 @@ def pareto_chart(points: list[dict], front: list[dict]) -> alt.LayerChart:
 
 
 def tornado_chart(rows: list[dict]) -> alt.Chart:
-    """How far ±20% in rate, output length and burstiness move the class's metric."""
+    """How far ±20% in rate, output length, burstiness and KV pool move the class's metric."""
     frame = pl.DataFrame(rows).with_columns((pl.col("value_ms") - pl.col("baseline_ms")).alias("delta_ms"))
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("factor:N", title=None), x=alt.X("delta_ms:Q", title="change of the SLO metric (ms)"),
         color=alt.Color("change:N", title=None),
         tooltip=["factor:N", "change:N", alt.Tooltip("value_ms:Q", format=",.0f"),
-                 alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=140)
+                 alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=180)
 
 
 def fleet_chart(row: ClassRecommendation, max_queue_s: float) -> alt.HConcatChart:

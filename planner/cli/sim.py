@@ -55,6 +55,7 @@ def _workload(args):
 
 def cmd_simulate(args) -> None:
     from planner.sim.fleet import Fleet
+    from planner.sim.pool_margin import pool_margin
     from planner.sim.results import goodput, summarize
     from planner.sim.run import check_router, default_router, simulate
 
@@ -62,11 +63,15 @@ def cmd_simulate(args) -> None:
     fleet = Fleet(args.replicas, args.router or default_router(scenario.engine))
     if fleet.replicas > 1:
         check_router(scenario.engine, fleet.router)
-    result = simulate(_workload(args), scenario, fleet=fleet, progress=_progress_printer(not args.json))
+    workload = _workload(args)
+    result = simulate(workload, scenario, fleet=fleet, progress=_progress_printer(not args.json))
     summary = summarize(result)
     obj = summary.to_dict()
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
         obj["goodput_rps"] = goodput(result, args.slo_ttft_ms, args.slo_tpot_ms)
+    margin = None if args.no_kv_margin else pool_margin(workload, scenario, fleet=fleet, result=result,
+                                                        progress=_progress_printer(not args.json))
+    obj["kv_margin"] = margin.to_dict() if margin else None
     s = summary
     fleet_text = f" on {s.replicas} replicas ({s.router})" if s.replicas > 1 else ""
     _emit(args, obj, f"{s.completed:,}/{s.requests:,} requests{fleet_text} in {s.duration_s:.1f} s simulated "
@@ -74,7 +79,8 @@ def cmd_simulate(args) -> None:
                      f"ms, TPOT p50/p99 {_ms(s.tpot_ms.p50, 1)}/{_ms(s.tpot_ms.p99, 1)} ms, "
                      f"{s.throughput_tok_s['output']:,.0f} output tok/s, {s.preemptions} preemptions"
                      f", queue {s.verdict} (p99 {s.queue_ms.p99 or 0:,.0f} ms)"
-                     + (f"\n{s.rejection_note}" if s.rejection_note else ""))
+                     + (f"\n{s.rejection_note}" if s.rejection_note else "")
+                     + (f"\n{margin.sentence()}" if margin else ""))
 
 
 def _ms(value: float | None, digits: int) -> str:
@@ -242,6 +248,9 @@ def add_simulation_commands(command) -> None:
                    help="replicas of the scenario behind one router (default 1)")
     p.add_argument("--router", help="how a fleet's requests are spread: " + ", ".join(ROUTERS)
                    + " (default least-loaded; round-robin for vllm-v0 and static)")
+    p.add_argument("--no-kv-margin", action="store_true",
+                   help="skip the KV-pool margin (replays at other pools to find where the queue's verdict flips; "
+                        "about eight more replays where it does)")
     add_shared_prefix_flag(p)
     p.set_defaults(func=cmd_simulate)
 

@@ -71,7 +71,8 @@ def pareto(grid_points: list[dict]) -> list[dict]:
 
 def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass, chunked: bool = True,
             seed: int = 0) -> list[dict]:
-    """The class's metric with ±20% arrival rate, mean output length and burstiness (arrival CV)."""
+    """The class's metric with ±20% arrival rate, mean output length, burstiness (arrival CV) and KV pool (the
+    memory plan's estimate against what a server's profiling leaves: :mod:`planner.sim.pool_margin`)."""
     metric, percentile = slo.focus
     base = search.run(seqs, budget, scale, chunked).metric_ms(metric, percentile)
     cfg = search.config(seqs, budget, chunked)
@@ -88,8 +89,10 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
             "burstiness": replace(work, arrival_s=poisson_or_gamma(work.n, rate, np.random.default_rng(seed),
                                                                    max(cv * factor, 0.05))),
         }
-        for name, variant in variants.items():
-            result = search.replay(variant, cfg)
+        pool = cfg.replace(num_gpu_blocks=max(1, round(cfg.settings.num_blocks * factor)))
+        for name, (variant, scenario) in {**{k: (v, cfg) for k, v in variants.items()},
+                                          "KV cache pool": (work, pool)}.items():
+            result = search.replay(variant, scenario)
             rows.append({"factor": name, "change": f"{factor - 1:+.0%}",
                          "value_ms": result.metric_ms(metric, percentile), "baseline_ms": base})
     return rows

@@ -23,6 +23,7 @@ from planner.recommend.plan import Recommendation, RecommendOptions, plan_recomm
 from planner.recommend.search import ClassRecommendation
 from planner.scenario import Scenario
 from planner.sim.cost_model import CostParams
+from planner.sim.pool_margin import PoolMargin, pool_margin
 from planner.sim.results import SimulationSummary, summarize
 from planner.sim.run import simulate
 from planner.traces import store
@@ -52,6 +53,7 @@ class Report:
     arrivals: dict | None
     memory: CapacityReport
     simulation: SimulationSummary | None
+    kv_margin: PoolMargin | None
     recommendation: Recommendation | None
     recommendation_error: str | None
     charts: dict[str, dict]
@@ -75,6 +77,7 @@ class Report:
         simulation = None
         if self.simulation is not None:
             simulation = {k: v for k, v in self.simulation.to_dict().items() if k != "timeline"}
+            simulation["kv_margin"] = self.kv_margin.to_dict() if self.kv_margin else None
         return clean({
             "format": self.format, "app_version": self.app_version, "created_utc": self.created_utc,
             "title": self.title, "trace": self.trace,
@@ -134,19 +137,21 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
                                                    cache["pool_tokens"] * memory.plan.kv_bytes_per_token / 2**30,
                                                    x="cache_gib").to_dict()
 
-    simulation, error = None, None
+    simulation, kv_margin, error = None, None, None
     if info.has_timestamps:
         report(0.2, "replaying the trace with the scenario's settings")
-        result = simulate(from_trace(con, info.trace_id, shared_prefix=options.shared_prefix), scenario)
+        work = from_trace(con, info.trace_id, shared_prefix=options.shared_prefix)
+        result = simulate(work, scenario)
         simulation = summarize(result)
+        report(0.25, "finding where the verdict flips with the KV pool")
+        kv_margin = pool_margin(work, scenario, result=result)
         specs["simulation_cdf"] = sim_charts.latency_cdf_chart(result.ttft_s, result.tpot_s,
                                                                "Latency CDF at the trace's own rate").to_dict()
         specs["simulation_timeline"] = sim_charts.timeline_chart(simulation.timeline).to_dict()
         if recommendation is None:
             try:
                 recommendation = plan_recommendation(
-                    from_trace(con, info.trace_id, shared_prefix=options.shared_prefix), scenario,
-                    replace(options, details=True),
+                    work, scenario, replace(options, details=True),
                     lambda f, m: report(0.3 + 0.65 * f, f"recommending: {m}"), executor)
             except PlannerError as exc:     # e.g. every request at one instant: no rate to scale
                 error = str(exc)
@@ -161,8 +166,8 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
     out = Report(title=f"Capacity report: {info.name} on {scenario.tp}× {scenario.gpu.label} ({scenario.model.name})",
                  created_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), trace=clean(trace),
                  scenario=scenario, options=options, stats=clean(stats), fits=clean(fits), arrivals=clean(arrivals),
-                 memory=memory, simulation=simulation, recommendation=recommendation, recommendation_error=error,
-                 charts=specs)
+                 memory=memory, simulation=simulation, kv_margin=kv_margin, recommendation=recommendation,
+                 recommendation_error=error, charts=specs)
     report(1.0, "done")
     return out
 

@@ -88,6 +88,8 @@ def _rows(report: Report) -> dict[str, list[Table]]:
                                                           f"{latency.caption}"))
         out["simulation"].append(sim.throughput_table())
         out["simulation"].append(sim.prefix_cache_table())
+        if report.kv_margin:
+            out["simulation"].append(report.kv_margin.table())
     if report.recommendation:
         out["recommendations"].append(class_table(report.recommendation))
         out["recommendations"].append(fleet_table(report.recommendation))
