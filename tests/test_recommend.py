@@ -135,6 +135,12 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     tornado = {(r["factor"], r["change"]): r["value_ms"] for r in details["tornado"]}
     assert tornado[("arrival rate", "+20%")] >= tornado[("arrival rate", "-20%")]
     assert {("KV cache pool", "-20%"), ("KV cache pool", "+20%")} <= set(tornado)
+    # the recommended rate holds (its queue is stable), so its KV margin holds at the configuration's pool
+    cfg = row.config
+    margin = details["kv_margin"]
+    assert margin["holds"] is True and margin["blocks"] == seed_search.config(
+        cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"]).settings.num_blocks
+    assert any(n.startswith("At the recommended rate the queue holds at") for n in details["diagnosis"])
 
 
 def test_recommend_page(tmp_path, monkeypatch):

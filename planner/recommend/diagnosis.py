@@ -11,6 +11,7 @@ import numpy as np
 from planner.recommend.search import BUDGET_GRID, SEQS_GRID, ClassRecommendation, Search
 from planner.recommend.slo import SLOClass, slo_load
 from planner.sim.engines import get_engine
+from planner.sim.pool_margin import PoolMargin, pool_margin
 from planner.sim.results import SimResult, prefix_cache_stats
 from planner.sim.workload import poisson_or_gamma
 
@@ -175,6 +176,15 @@ def cache_sentence(gain: dict) -> str:
             f"of {gain['max_qps_with_cache']:.2f} ({change}).")
 
 
+def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> PoolMargin:
+    """The KV pool margin (:func:`planner.sim.pool_margin.pool_margin`) of a configuration at a time scale: how
+    far the pool can shrink before the queue stops holding at the recommended rate."""
+    work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
+    margin = pool_margin(work, search.config(seqs, budget, chunked), result=search.run(seqs, budget, scale, chunked))
+    search.count(margin.simulations)
+    return margin
+
+
 def class_details(search: Search, row: ClassRecommendation, slo: SLOClass, slos: list[SLOClass]) -> dict:
     """Sweeps, Pareto front, tornado and diagnosis around a class's recommendation (feasible classes only)."""
     if not row.feasible:
@@ -184,9 +194,11 @@ def class_details(search: Search, row: ClassRecommendation, slo: SLOClass, slos:
     points = [g for g in row.grid if g.get("ttft_p99_ms") is not None]
     gain = cache_gain(search, row, slo)
     diagnosis = diagnose(search, seqs, budget, row.scale, slos, chunked)
+    margin = rate_margin(search, seqs, budget, row.scale, chunked)
     return {"sweeps": knob_sweeps(search, seqs, budget, row.scale, chunked),
             "pareto": pareto(points), "points": points,
             "tornado": tornado(search, seqs, budget, row.scale, slo, chunked),
             "bands": rate_bands(search, seqs, budget, row.scale, chunked),
-            "prefix_cache": gain,
-            "diagnosis": diagnosis + ([cache_sentence(gain)] if gain else [])}
+            "prefix_cache": gain, "kv_margin": margin.to_dict(),
+            "diagnosis": diagnosis + ([cache_sentence(gain)] if gain else [])
+            + [margin.sentence("At the recommended rate the queue")]}

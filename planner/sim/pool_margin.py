@@ -63,20 +63,20 @@ class PoolMargin:
         """Whether the verdict flips within :data:`NEAR` of the pool."""
         return self.change is not None and abs(self.change) <= NEAR
 
-    def sentence(self) -> str:
+    def sentence(self, subject: str = "The queue") -> str:
         """One line for the page and the CLI: the edge against the pool, or why there is none."""
         lo, hi = self.searched_blocks
         if self.edge_blocks is None:
             end = (f"holds at {self.blocks:,} KV blocks and still at {lo:,} (1/{SEARCH_FACTOR} of the pool)"
                    if self.holds else f"is overloaded at {self.blocks:,} KV blocks and still at {hi:,} "
                                       f"({SEARCH_FACTOR}x the pool)")
-            return f"The queue {end}: the verdict does not rest on the pool estimate."
+            return f"{subject} {end}: the verdict does not rest on the pool estimate."
         edge = (f"holds at {self.blocks:,} KV blocks and down to {self.edge_blocks:,} ({self.change:+.0%}), "
                 "overloading below" if self.holds else
                 f"is overloaded at {self.blocks:,} KV blocks and holds from {self.edge_blocks:,} ({self.change:+.0%})")
         check = (": close enough that the verdict turns on the pool estimate; check the server's startup log"
                  if self.near else "; a server's startup log gives its real pool")
-        return f"The queue {edge}{check} (GPU KV cache size ÷ block size)."
+        return f"{subject} {edge}{check} (GPU KV cache size ÷ block size)."
 
     def table(self) -> Table:
         """The margin as one row (the report's simulation section)."""
