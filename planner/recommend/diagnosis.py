@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.recommend.search import BUDGET_GRID, SEQS_GRID, ClassRecommendation, Search
-from planner.recommend.slo import SLOClass, slo_load
+from planner.recommend.slo import SLOClass, abort_wait_s, slo_load
 from planner.sim.engines import get_engine
 from planner.sim.pool_margin import PoolMargin, pool_margin
 from planner.sim.results import SimResult, prefix_cache_stats
@@ -180,7 +180,9 @@ def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: b
     """The KV pool margin (:func:`planner.sim.pool_margin.pool_margin`) of a configuration at a time scale: how
     far the pool can shrink before the queue stops holding at the recommended rate."""
     work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
-    margin = pool_margin(work, search.config(seqs, budget, chunked), result=search.run(seqs, budget, scale, chunked))
+    # the search's early stop: a replay it would abort already fails every class, and reads as overloaded here
+    margin = pool_margin(work, search.config(seqs, budget, chunked), result=search.run(seqs, budget, scale, chunked),
+                         abort_wait_s=abort_wait_s(search.max_queue_s))
     search.count(margin.simulations)
     return margin
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.executors import Executor, get_executor
 from planner.recommend.parallel import Memo, parallel_map
-from planner.recommend.slo import SLOClass, holds, meets
+from planner.recommend.slo import SLOClass, abort_wait_s, holds, meets
 from planner.scenario import Scenario
 from planner.sim.fleet import MAX_REPLICAS, Fleet
 from planner.sim.results import SimResult
@@ -125,9 +125,10 @@ class FleetSearch:
 
     def point(self, key, work: SimWorkload, replicas: int) -> FleetPoint:
         def compute() -> FleetPoint:
-            # a replica count far below the need is known to fail once any request waits 20× the bound
+            # a replica count far below the need is known to fail once any request waits 20× the bound (a
+            # search's early stop)
             result = simulate_on(self.executor, work, self.scenario, fleet=Fleet(replicas, self.router),
-                                 abort_wait_s=self.max_queue_s * 20)
+                                 abort_wait_s=abort_wait_s(self.max_queue_s))
             if self.counter is not None:
                 self.counter()
             return _point(result, replicas, self.slo, self.max_queue_s)

@@ -21,7 +21,7 @@ import numpy as np
 from planner.executors import Executor, get_executor
 from planner.recommend.fleet import FleetSizing
 from planner.recommend.parallel import Memo, parallel_map
-from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, meets, slo_load
+from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, abort_wait_s, meets, slo_load
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
 from planner.sim.results import SimResult
@@ -64,7 +64,8 @@ class Search:
         def compute() -> SimResult:
             work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
             # a request waiting 20× the queueing bound already fails every class: stop that replay there
-            return self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=self.max_queue_s * 20)
+            stop_s = abort_wait_s(self.max_queue_s)
+            return self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=stop_s)
         # nine significant digits: the same scale reached by two paths (a sweep's factor, a bisection) shares a key
         return self.cache.get((seqs, budget, chunked, float(f"{scale:.9g}")), compute)
 

@@ -14,6 +14,14 @@ from planner.sim.results import SimResult
 # sustainable means requests start within this (p99), whatever the class: Vidur's capacity search bounds the p99
 # scheduling delay at 5 s (--scheduling-delay-slo-value 5.0; reference/prefix-cache-and-routing.md §4.2)
 MAX_QUEUE_S = 5.0
+# a replay may stop once any request has waited this many times the bound: it already fails every class (a
+# search's pruning; the verdict of the stopped replay is overloaded)
+ABORT_QUEUE_FACTOR = 20
+
+
+def abort_wait_s(max_queue_s: float) -> float:
+    """The wait at which a search's replay stops (:data:`ABORT_QUEUE_FACTOR` × the queueing bound)."""
+    return max_queue_s * ABORT_QUEUE_FACTOR
 
 
 @dataclass(frozen=True)

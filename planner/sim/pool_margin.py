@@ -98,14 +98,14 @@ def queue_holds(result: SimResult) -> bool:
 
 
 def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, result: SimResult | None = None,
-                progress: Callable[[float, str], None] | None = None) -> PoolMargin:
+                abort_wait_s: float = math.inf, progress: Callable[[float, str], None] | None = None) -> PoolMargin:
     """Replay ``workload`` at other KV pools (``--num-gpu-blocks-override`` on every replica) to find where the
     queue flips between holding (:func:`queue_holds`) and not.
 
     Parameters
     ----------
-    workload, scenario, fleet
-        The replay, as given to :func:`planner.sim.run.simulate`.
+    workload, scenario, fleet, abort_wait_s
+        The replay, as given to :func:`planner.sim.run.simulate` (a search's early stop reads as overloaded).
     result : SimResult, optional
         That replay at the scenario's pool, where the caller already simulated it.
     progress : callable, optional
@@ -127,7 +127,7 @@ def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE
         nonlocal count
         count += 1
         pool = scenario if n == blocks else scenario.replace(num_gpu_blocks=n)
-        ok = queue_holds(simulate(workload, pool, fleet=fleet))
+        ok = queue_holds(simulate(workload, pool, fleet=fleet, abort_wait_s=abort_wait_s))
         if progress:
             progress(min(count / budget, 1.0), f"KV margin: {n:,} blocks {'hold' if ok else 'overload'}")
         return ok
