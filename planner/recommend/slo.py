@@ -126,8 +126,8 @@ def holds(result: SimResult, max_queue_s: float = MAX_QUEUE_S) -> str | None:
     always drains eventually, so a surge that builds a backlog is not "sustainable")."""
     # prompts past max_model_len are refused by the API server whatever the settings: not this configuration's
     # failure; a request larger than the KV pool is
-    if (result.rejected & ~result.too_long).any():
-        return f"{int((result.rejected & ~result.too_long).sum()):,} requests need more KV blocks than the pool holds"
+    if result.pool_refused.any():
+        return f"{int(result.pool_refused.sum()):,} requests need more KV blocks than the pool holds"
     if (np.isnan(result.finish) & ~result.rejected).any():
         return "requests left unfinished"
     if result.verdict != "stable":

@@ -94,7 +94,7 @@ class PoolMargin:
 def queue_holds(result: SimResult) -> bool:
     """Whether a replay's queue holds: not overloaded, and no request refused for needing more KV blocks than the
     pool has (a refused request never queues, so the verdict alone would read a pool too small for it as fine)."""
-    return result.verdict != "overloaded" and not (result.rejected & ~result.too_long).any()
+    return result.verdict != "overloaded" and not result.pool_refused.any()
 
 
 def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, result: SimResult | None = None,

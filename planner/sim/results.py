@@ -94,6 +94,12 @@ class SimResult:
         return np.isfinite(self.finish)
 
     @property
+    def pool_refused(self) -> np.ndarray:
+        """Requests refused for needing more KV blocks than the pool holds (the prompts past ``max_model_len``,
+        which the API server refuses whatever the settings, are not among them)."""
+        return self.rejected & ~self.too_long
+
+    @property
     def duration_s(self) -> float:
         """Simulated seconds from the first arrival to the last completion."""
         if not self.completed.any():
