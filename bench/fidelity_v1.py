@@ -41,7 +41,7 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_trace  # noqa: E402
-from planner.sim.pool_margin import pool_margin  # noqa: E402
+from planner.sim.pool_margin import pool_margin, queue_holds  # noqa: E402
 from planner.sim.prefix import PrefixIdentity  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
@@ -205,7 +205,7 @@ def held_servers(runs: list[Run], seed: int = 0) -> list[dict]:
             work = SimWorkload(arrival, run.work.input_tokens, run.work.output_tokens, kind, prefix=run.work.prefix)
             scenario = run.scenario.replace(model=spec, gpu=get_gpu(gpu), tp=tp)
             result = simulate(work, scenario)
-            margin = pool_margin(work, scenario, result=result)
+            margin = pool_margin(work, scenario, holds=queue_holds(result))
             rows.append({"model": spec.name, "gpu": gpu, "tp": tp, "rate": rate, "workload": kind,
                          "verdict": summarize(result).verdict, "ttft_mean_ms": float(result.ttft_s.mean() * 1e3),
                          "ttft_p99_ms": float(np.percentile(result.ttft_s, 99) * 1e3),

@@ -117,25 +117,28 @@ def _sim_workload(trace_id: str, workload: dict):
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def simulation(trace_id: str, scenario_key: str, workload: dict, _scenario):
-    """A replay's typed summary plus per-request TTFT and TPOT, cached per trace, scenario (its key covers every
-    field, the model's whole spec included) and workload choice."""
+    """A replay's typed summary, per-request TTFT and TPOT, and whether its queue holds
+    (:func:`planner.sim.pool_margin.queue_holds`), cached per trace, scenario (its key covers every field, the
+    model's whole spec included) and workload choice."""
     from planner.sim.fleet import Fleet
+    from planner.sim.pool_margin import queue_holds
     from planner.sim.results import summarize
     from planner.sim.run import simulate
 
     result = simulate(_sim_workload(trace_id, workload), _scenario,
                       fleet=Fleet(workload["replicas"], workload["router"]))
-    return summarize(result), result.ttft_s, result.tpot_s
+    return summarize(result), result.ttft_s, result.tpot_s, queue_holds(result)
 
 
 @st.cache_data(max_entries=32, show_spinner="Finding where the verdict flips with the KV pool…")
-def pool_edge(trace_id: str, scenario_key: str, workload: dict, _scenario):
-    """The replay's KV-pool margin (:func:`planner.sim.pool_margin.pool_margin`), cached as :func:`simulation`."""
+def pool_edge(trace_id: str, scenario_key: str, workload: dict, holds: bool, _scenario):
+    """The replay's KV-pool margin (:func:`planner.sim.pool_margin.pool_margin`), cached as :func:`simulation`,
+    whose replay at the scenario's pool gives ``holds``."""
     from planner.sim.fleet import Fleet
     from planner.sim.pool_margin import pool_margin
 
     return pool_margin(_sim_workload(trace_id, workload), _scenario,
-                       fleet=Fleet(workload["replicas"], workload["router"]))
+                       fleet=Fleet(workload["replicas"], workload["router"]), holds=holds)
 
 
 @st.cache_resource(show_spinner=False)

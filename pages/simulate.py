@@ -37,7 +37,7 @@ progress = st.progress(0.0, text="simulating…")
 try:
     choice = {"source": source, "scale": scale, "qps": qps, "spec": spec, "replicas": int(replicas),
               "router": router, "prefix": shared_prefix()}
-    summary, ttft, tpot = simulation(info.trace_id if info else "", s.key, choice, s)
+    summary, ttft, tpot, holds = simulation(info.trace_id if info else "", s.key, choice, s)
 except PlannerError as exc:
     progress.empty()
     st.error(str(exc))
@@ -86,5 +86,5 @@ c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": pr
                                                                             else ""), measured), key="sim_cdf")
 c2.altair_chart(sim_charts.timeline_chart(summary.timeline), key="sim_timeline")
 
-margin = pool_edge(info.trace_id if info else "", s.key, choice, s)
+margin = pool_edge(info.trace_id if info else "", s.key, choice, holds, s)
 (edge_slot.warning if margin.near else edge_slot.caption)("KV pool margin: " + margin.sentence())

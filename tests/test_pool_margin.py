@@ -48,7 +48,7 @@ def test_a_verdict_the_pool_does_not_decide_has_no_edge():
     light = pool_margin(_work(1), SCENARIO)
     assert light.holds and light.edge_blocks is None and light.change is None and not light.near
     assert not _overloaded(_work(1), 200)                  # it holds at half the pool too
-    flooded = pool_margin(_work(50), SCENARIO, result=simulate(_work(50), SCENARIO))
+    flooded = pool_margin(_work(50), SCENARIO, holds=queue_holds(simulate(_work(50), SCENARIO)))
     assert not flooded.holds and flooded.edge_blocks is None and flooded.simulations == 1
     assert _overloaded(_work(50), 800)                     # twice the pool still overloads
     assert "does not rest on the pool estimate" in flooded.sentence()

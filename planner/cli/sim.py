@@ -55,7 +55,7 @@ def _workload(args):
 
 def cmd_simulate(args) -> None:
     from planner.sim.fleet import Fleet
-    from planner.sim.pool_margin import pool_margin
+    from planner.sim.pool_margin import pool_margin, queue_holds
     from planner.sim.results import goodput, summarize
     from planner.sim.run import check_router, default_router, simulate
 
@@ -69,7 +69,7 @@ def cmd_simulate(args) -> None:
     obj = summary.to_dict()
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
         obj["goodput_rps"] = goodput(result, args.slo_ttft_ms, args.slo_tpot_ms)
-    margin = None if args.no_kv_margin else pool_margin(workload, scenario, fleet=fleet, result=result,
+    margin = None if args.no_kv_margin else pool_margin(workload, scenario, fleet=fleet, holds=queue_holds(result),
                                                         progress=_progress_printer(not args.json))
     obj["kv_margin"] = margin.to_dict() if margin else None
     s = summary

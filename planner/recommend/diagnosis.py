@@ -11,7 +11,7 @@ import numpy as np
 from planner.recommend.search import BUDGET_GRID, SEQS_GRID, ClassRecommendation, Search
 from planner.recommend.slo import SLOClass, abort_wait_s, slo_load
 from planner.sim.engines import get_engine
-from planner.sim.pool_margin import PoolMargin, pool_margin
+from planner.sim.pool_margin import PoolMargin, pool_margin, queue_holds
 from planner.sim.results import SimResult, prefix_cache_stats
 from planner.sim.workload import poisson_or_gamma
 
@@ -181,7 +181,8 @@ def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: b
     far the pool can shrink before the queue stops holding at the recommended rate."""
     work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
     # the search's early stop: a replay it would abort already fails every class, and reads as overloaded here
-    margin = pool_margin(work, search.config(seqs, budget, chunked), result=search.run(seqs, budget, scale, chunked),
+    margin = pool_margin(work, search.config(seqs, budget, chunked),
+                         holds=queue_holds(search.run(seqs, budget, scale, chunked)),
                          abort_wait_s=abort_wait_s(search.max_queue_s))
     search.count(margin.simulations)
     return margin

@@ -23,7 +23,7 @@ from planner.recommend.plan import Recommendation, RecommendOptions, plan_recomm
 from planner.recommend.search import ClassRecommendation
 from planner.scenario import Scenario
 from planner.sim.cost_model import CostParams
-from planner.sim.pool_margin import PoolMargin, pool_margin
+from planner.sim.pool_margin import PoolMargin, pool_margin, queue_holds
 from planner.sim.results import SimulationSummary, summarize
 from planner.sim.run import simulate
 from planner.traces import store
@@ -144,7 +144,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
         result = simulate(work, scenario)
         simulation = summarize(result)
         report(0.25, "finding where the verdict flips with the KV pool")
-        kv_margin = pool_margin(work, scenario, result=result)
+        kv_margin = pool_margin(work, scenario, holds=queue_holds(result))
         specs["simulation_cdf"] = sim_charts.latency_cdf_chart(result.ttft_s, result.tpot_s,
                                                                "Latency CDF at the trace's own rate").to_dict()
         specs["simulation_timeline"] = sim_charts.timeline_chart(simulation.timeline).to_dict()

@@ -97,7 +97,7 @@ def queue_holds(result: SimResult) -> bool:
     return result.verdict != "overloaded" and not result.pool_refused.any()
 
 
-def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, result: SimResult | None = None,
+def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE, holds: bool | None = None,
                 abort_wait_s: float = math.inf, progress: Callable[[float, str], None] | None = None) -> PoolMargin:
     """Replay ``workload`` at other KV pools (``--num-gpu-blocks-override`` on every replica) to find where the
     queue flips between holding (:func:`queue_holds`) and not.
@@ -106,8 +106,8 @@ def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE
     ----------
     workload, scenario, fleet, abort_wait_s
         The replay, as given to :func:`planner.sim.run.simulate` (a search's early stop reads as overloaded).
-    result : SimResult, optional
-        That replay at the scenario's pool, where the caller already simulated it.
+    holds : bool, optional
+        :func:`queue_holds` of that replay at the scenario's pool, where the caller already simulated it.
     progress : callable, optional
         ``progress(fraction, message)`` after each replay.
 
@@ -132,7 +132,7 @@ def pool_margin(workload: SimWorkload, scenario: Scenario, *, fleet: Fleet = ONE
             progress(min(count / budget, 1.0), f"KV margin: {n:,} blocks {'hold' if ok else 'overload'}")
         return ok
 
-    here = held(blocks) if result is None else queue_holds(result)
+    here = held(blocks) if holds is None else holds
     searched = (max(1, blocks // SEARCH_FACTOR), blocks * SEARCH_FACTOR)
     far = searched[0] if here else searched[1]
     edge = None
