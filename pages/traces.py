@@ -178,6 +178,8 @@ if last:
                            mime="text/csv", on_click="ignore", key="traces_rejects_download")
 
 st.subheader("Stored traces")
+if removed := st.session_state.pop("traces_removed", None):     # said after the rerun that lists the rest
+    st.success(removed)
 traces = store.list_traces(connection(), owner)
 st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.rows, "failed": t.failed,
                             "rejected": t.rejected, "format": t.format, "layout": t.layout,
@@ -197,4 +199,6 @@ if removable:
             except PlannerError as exc:
                 st.error(str(exc))
             else:
+                st.session_state["traces_removed"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
+                                                      f"Removed {by_id[doomed]} ({doomed}) from your workspace.")
                 st.rerun()

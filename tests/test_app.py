@@ -77,6 +77,20 @@ def test_traces_page_uploads_maps_and_ingests(app):
     assert sorted(names) == ["burst", "sample_chat"]
 
 
+def test_traces_page_deletes_the_picked_trace_and_says_so(app):
+    app.switch_page("pages/traces.py").run()
+    app.file_uploader(key="traces_upload").set_value(("burst.csv", BURST, "text/csv")).run()
+    app.button(key="traces_ingest").click().run()
+    ids = dict(zip(*(list(table_with(app, "created")[c]) for c in ("name", "trace_id")), strict=True))
+    app.selectbox(key="traces_delete_pick").set_value(ids["burst"]).run()
+    app.button(key="traces_delete").click().run()
+    assert not app.exception
+    assert [s.value for s in app.success] == [f"Deleted burst ({ids['burst']})."]
+    assert list(table_with(app, "created")["name"]) == ["sample_chat"]
+    app.run()                                    # said once: the next run lists without it
+    assert not app.success and list(table_with(app, "created")["name"]) == ["sample_chat"]
+
+
 def test_traces_page_lets_the_user_map_unknown_columns(app):
     app.switch_page("pages/traces.py").run()
     app.file_uploader(key="traces_upload").set_value(("odd.csv", b"when,a,b\n1,10,2\n2,20,3\n", "text/csv")).run()

@@ -239,6 +239,10 @@ def test_the_same_bytes_are_stored_once_and_removing_takes_them_from_one_workspa
     settle(alice)
     expect(choose).to_have_value(re.compile(r"^team-trace \("))
     box.get_by_role("button", name="Remove").click()
+    # wait for the removal's own word: settling alone can return before the click's rerun starts, and leaving
+    # the page then stops that run before it removes anything
+    expect(alice.get_by_test_id("stAlertContentSuccess")).to_contain_text(
+        f"Removed team-trace ({alice_list['team-trace']}) from your workspace.", timeout=60_000)
     settle(alice)
     assert "team-trace" not in listed_traces(alice, url) and "team-trace" not in picker_options(alice)
     assert listed_traces(bob, url)["team-trace"] == bob_list["team-trace"]     # still Bob's
