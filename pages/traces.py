@@ -11,6 +11,7 @@ from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ct
 
 from pages._shared import connection, rejects_csv, require_frame
 from pages._signin import workspace_owner
+from pages._stored import stored_traces
 from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.files import SERVER_PATHS_ENV, resolve_server_files, server_roots
@@ -177,28 +178,4 @@ if last:
         st.download_button("Download rejected rows (CSV)", rejects_csv(last), file_name=f"{info.name}-rejects.csv",
                            mime="text/csv", on_click="ignore", key="traces_rejects_download")
 
-st.subheader("Stored traces")
-if removed := st.session_state.pop("traces_removed", None):     # said after the rerun that lists the rest
-    st.success(removed)
-traces = store.list_traces(connection(), owner)
-st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.rows, "failed": t.failed,
-                            "rejected": t.rejected, "format": t.format, "layout": t.layout,
-                            "source": t.source_file, "created": t.created} for t in traces]),
-             hide_index=True, key="traces_table")
-# signed in, only traces in one's own workspace can be removed; shared ones (the sample) stay
-removable = traces if owner is None else [t for t in traces if t.trace_id in store.owned_trace_ids(connection(), owner)]
-if removable:
-    with st.expander("Delete a trace" if owner is None else "Remove a trace from my workspace"):
-        # by id: names are unique only among names, and one may spell another trace's id
-        by_id = {t.trace_id: t.name for t in removable}
-        doomed = st.selectbox("Trace", list(by_id), format_func=lambda tid: f"{by_id[tid]} ({tid})",
-                              key="traces_delete_pick")
-        if st.button("Delete" if owner is None else "Remove", key="traces_delete"):
-            try:
-                store.remove_trace(connection(), doomed, owner)
-            except PlannerError as exc:
-                st.error(str(exc))
-            else:
-                st.session_state["traces_removed"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
-                                                      f"Removed {by_id[doomed]} ({doomed}) from your workspace.")
-                st.rerun()
+stored_traces(owner)
