@@ -111,7 +111,7 @@ def _sim_workload(trace_id: str, workload: dict):
         return synthetic(workload["spec"])
     if workload["source"] == "trace replay":
         return from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"])
-    fits = [fit_length_field(connection(), trace_id, f) for f in ("input_tokens", "output_tokens")]
+    fits = [length_fit(trace_id, f, None, True)[2] for f in ("input_tokens", "output_tokens")]
     return from_fits(*fits, n=10_000, qps=workload["qps"]).with_shared_prefix(workload["prefix"])
 
 

@@ -291,6 +291,24 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     assert memory_metrics["LRU hit rate at this pool"] == f"{expected['lru_hit_rate_at_pool']:.1%}"
 
 
+def test_simulate_page_replays_the_traces_fitted_lengths(tmp_path, monkeypatch):
+    """The fitted workload draws 10,000 requests from the trace's best-ranked length fits."""
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "fitted.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["source"] = "trace lengths, fitted"
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    assert metrics(at)["Completed"] == "10,000"
+    from planner.workload.fits import fit_length_field
+
+    con = store.open_store(store.default_db_path())
+    trace_id = store.get_trace(con, "sample_chat").trace_id
+    best = [fit_length_field(con, trace_id, f).best for f in ("input_tokens", "output_tokens")]
+    con.close()
+    assert any(c.value.startswith(f"fitted lengths ({best[0]} / {best[1]}) at 2 req/s") for c in at.caption)
+
+
 def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path, monkeypatch):
     """The sample carries TTFT and TPOT: a replay at its own rate is shown against them, table and CDFs."""
     from planner.sim.calibration import latency_errors

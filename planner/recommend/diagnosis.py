@@ -47,8 +47,7 @@ def rate_bands(search: Search, seqs: int, budget: int, scale: float, chunked: bo
         values = {"ttft_p99_ms": [], "tpot_p99_ms": []}
         for seed in seeds:
             pick = np.random.default_rng(seed).integers(0, search.workload.n, search.workload.n)
-            work = replace(search.workload, arrival_s=search.workload.arrival_s / (scale * factor),
-                           input_tokens=search.workload.input_tokens[pick],
+            work = replace(search.at_scale(scale * factor), input_tokens=search.workload.input_tokens[pick],
                            output_tokens=search.workload.output_tokens[pick])
             result = search.replay(work, cfg)
             values["ttft_p99_ms"].append(result.metric_ms("ttft", 99))
@@ -77,7 +76,7 @@ def tornado(search: Search, seqs: int, budget: int, scale: float, slo: SLOClass,
     metric, percentile = slo.focus
     base = search.run(seqs, budget, scale, chunked).metric_ms(metric, percentile)
     cfg = search.config(seqs, budget, chunked)
-    work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
+    work = search.at_scale(scale)
     gaps = np.diff(work.arrival_s)
     cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
     rate = search.base_rate * scale
@@ -138,7 +137,7 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     outputs = search.workload.output_tokens
     cv = float(outputs.std() / outputs.mean()) if outputs.mean() else 0.0
     if cv > 0.8 and search.scenario.engine == "vllm-v1":      # the remedy is a vllm-v1 option (Scenario.priority)
-        work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
+        work = search.at_scale(scale)
         ranked = search.replay(work, search.config(seqs, budget, chunked).replace(priority="shortest-predicted"))
         before, after = result.metric_ms("ttft", 50), ranked.metric_ms("ttft", 50)
         notes.append(f"Output lengths vary widely (CV {cv:.2f}): shortest-predicted-first scheduling moves the TTFT "
@@ -179,7 +178,7 @@ def cache_sentence(gain: dict) -> str:
 def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> PoolMargin:
     """The KV pool margin (:func:`planner.sim.pool_margin.pool_margin`) of a configuration at a time scale: how
     far the pool can shrink before the queue stops holding at the recommended rate."""
-    work = replace(search.workload, arrival_s=search.workload.arrival_s / scale)
+    work = search.at_scale(scale)
     # the search's early stop: a replay it would abort already fails every class, and reads as overloaded here
     margin = pool_margin(work, search.config(seqs, budget, chunked),
                          holds=queue_holds(search.run(seqs, budget, scale, chunked)),

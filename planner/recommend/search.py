@@ -59,13 +59,16 @@ class Search:
         """The scenario with these scheduler limits (validated as ``vllm serve`` would)."""
         return self.scenario.replace(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked)
 
+    def at_scale(self, scale: float) -> SimWorkload:
+        """The workload with its arrivals compressed ``scale``-fold in time (``scale`` × its rate)."""
+        return replace(self.workload, arrival_s=self.workload.arrival_s / scale)
+
     def run(self, seqs: int, budget: int, scale: float, chunked: bool = True) -> SimResult:
         """The replay of this configuration at this time scale (computed once, from any thread)."""
         def compute() -> SimResult:
-            work = replace(self.workload, arrival_s=self.workload.arrival_s / scale)
             # a request waiting 20× the queueing bound already fails every class: stop that replay there
-            stop_s = abort_wait_s(self.max_queue_s)
-            return self.replay(work, self.config(seqs, budget, chunked), abort_wait_s=stop_s)
+            return self.replay(self.at_scale(scale), self.config(seqs, budget, chunked),
+                               abort_wait_s=abort_wait_s(self.max_queue_s))
         # nine significant digits: the same scale reached by two paths (a sweep's factor, a bisection) shares a key
         return self.cache.get((seqs, budget, chunked, float(f"{scale:.9g}")), compute)
 
