@@ -1,4 +1,4 @@
-"""Per-GPU-family MFU and MBU defaults from measured vLLM GEMMs (AIConfigurator's kernel tables).
+"""Per-GPU-family MFU, MBU and all-reduce defaults from measured vLLM kernels (AIConfigurator's tables).
 
 The cost model's end-to-end efficiencies (MFU 0.55, MBU 0.80) come from A100 measurements
 (``../shared/reference/performance-models.md``: its worked examples, Vidur's A100 GEMM and GEMV timings) and hold on
@@ -7,6 +7,11 @@ GEMMs fare against the H100's on the same shapes in vLLM 0.14's kernels: MFU by 
 to 8,192 tokens: compute-bound), MBU by the small-batch ones (m = 1 to 8: weight-streaming, as a decode step is).
 The median over the shapes (n, k ≥ 4,096) of each shape's ratio is the factor; ``planner/catalog/gpus.py`` holds
 the results (:data:`planner.catalog.gpus.FAMILY_EFFICIENCY`) and a test checks them against this script.
+
+The all-reduce factor (:data:`planner.catalog.gpus.FAMILY_ALLREDUCE`) is the median, over TP 2, 4 and 8 and
+decode-sized messages (32K to 2M elements: 8 to 512 tokens of a 4,096-8,192 hidden size), of each NVLink GPU's
+graph-captured vLLM 0.14 custom all-reduce latency over the H100's (``comm/vllm/0.14.0/custom_allreduce_perf.parquet``,
+backend ``vllm_graph``): how much slower one all-reduce inside vLLM V1's CUDA graphs is there.
 
 Data: ai-dynamo/aiconfigurator (Apache-2.0) commit 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/
 <gpu>/gemm/vllm/0.14.0/gemm_perf.parquet`` (latency in ms per (m, n, k), BF16 and FP8 rows; BF16 read). Read from
@@ -27,7 +32,7 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.catalog.gpus import FAMILY_EFFICIENCY, get_gpu  # noqa: E402
+from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, get_gpu  # noqa: E402
 
 DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
@@ -36,17 +41,24 @@ ANCHOR = "h100_sxm"
 SYSTEMS = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
 COMPUTE_M = (1024, 2048, 4096, 8192)
 STREAM_M = (1, 2, 4, 8)
+ALLREDUCE_TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/comm/vllm/0.14.0/custom_allreduce_perf.parquet"
+ALLREDUCE_SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm"}     # NVLink GPUs the tables time
+DECODE_ELEMENTS = (32 * 1024, 2 * 1024 * 1024)
+
+
+def _read(repo: Path, path: str) -> pl.DataFrame:
+    blob = subprocess.run(["git", "-C", str(repo), "show", f"{DATA_COMMIT}:{path}"], check=True,
+                          capture_output=True).stdout
+    return pl.read_parquet(io.BytesIO(blob))
 
 
 def gemm_table(repo: Path, system: str, gpu_name: str) -> pl.DataFrame:
     """BF16 rows of one system's table with each shape's achieved fraction of the GPU's peak FLOP/s (``mfu``)
     and of its bandwidth (``mbu``: weights, input and output bytes once)."""
-    blob = subprocess.run(["git", "-C", str(repo), "show", f"{DATA_COMMIT}:{TABLE.format(system)}"], check=True,
-                          capture_output=True).stdout
     gpu = get_gpu(gpu_name)
     seconds = pl.col("latency") * 1e-3
     m, n, k = pl.col("m"), pl.col("n"), pl.col("k")
-    return (pl.read_parquet(io.BytesIO(blob)).filter(pl.col("gemm_dtype") == "bfloat16")
+    return (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
             .filter((n >= 4096) & (k >= 4096))
             .group_by(["m", "n", "k"]).agg(pl.col("latency").min())
             .with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
@@ -69,6 +81,26 @@ def factors(repo: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def allreduce_table(repo: Path, system: str) -> pl.DataFrame:
+    """One system's graph-captured custom all-reduce latencies (ms) at decode-sized messages, per TP and size."""
+    low, high = DECODE_ELEMENTS
+    return (_read(repo, ALLREDUCE_TABLE.format(system))
+            .filter((pl.col("backend") == "vllm_graph") & pl.col("message_size").is_between(low, high))
+            .group_by(["num_gpus", "message_size"]).agg(pl.col("latency").min()))
+
+
+def allreduce_factors(repo: Path) -> dict[str, dict[str, float]]:
+    """Per NVLink catalog GPU: the median ratio of its graph-captured all-reduce latency to the H100's over the
+    (TP, message size) pairs both timed, the pair count, and its median latency in µs."""
+    anchor = allreduce_table(repo, ANCHOR)
+    out = {}
+    for name, system in ALLREDUCE_SYSTEMS.items():
+        both = allreduce_table(repo, system).join(anchor, on=["num_gpus", "message_size"], suffix="_h100")
+        out[name] = {"allreduce_ratio": float((both["latency"] / both["latency_h100"]).median()),
+                     "median_us": float(both["latency"].median() * 1e3), "pairs": both.height}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", default=os.environ.get("AICONFIGURATOR"),
@@ -84,6 +116,12 @@ def main() -> None:
         held = FAMILY_EFFICIENCY.get(name)
         print(f"{name:14s} {r['gemm_mfu']:9.3f} {r['gemv_mbu']:9.3f} {r['mfu_ratio']:11.3f} {r['mbu_ratio']:11.3f} "
               f"{r['shapes']:7d}  {'—' if held is None else f'{held[0]:.3f} / {held[1]:.3f}'}")
+    print(f"\n{'GPU':14s} {'all-reduce / H100':>18s} {'median µs':>10s} {'pairs':>6s}  catalog factor "
+          "(graph-captured, decode sizes, TP 2/4/8)")
+    for name, r in allreduce_factors(Path(args.aiconfigurator)).items():
+        held = FAMILY_ALLREDUCE.get(name)
+        print(f"{name:14s} {r['allreduce_ratio']:18.3f} {r['median_us']:10.1f} {r['pairs']:6d}  "
+              f"{'— (the H100 floor as it is)' if held is None else f'{held:.3f}'}")
 
 
 if __name__ == "__main__":

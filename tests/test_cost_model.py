@@ -258,12 +258,18 @@ def test_a_step_with_prefill_pays_the_piecewise_graphs_and_attention_grows_with_
     assert pairs == [1000 * 1001 / 2, 2000 * 2001 / 2]
 
 
-def test_all_reduce_floor_by_gpu_and_tensor_parallelism():
-    # two all-reduces per layer, each log2(tp) rounds of the GPU's floor: H100 NVLink 10 µs, A100 NVLink 25 µs
+def test_all_reduce_floor_by_gpu_engine_and_tensor_parallelism():
+    # two all-reduces per layer, each log2(tp) rounds of the GPU's floor: H100 NVLink 10 µs; A100 NVLink 12.8 µs
+    # (the H100's × 1.281) where vLLM V1 captures its custom all-reduce in CUDA graphs, 25 µs where an engine
+    # calls NCCL eagerly (vLLM V0); a PCIe GPU has no graph floor of its own
     llama70 = get_model("llama-3-70b")
     h2, h4, h8 = (S(llama70, get_gpu("h100-sxm"), tp=t).coefficients.comm_fixed_s for t in (2, 4, 8))
     assert h2 == pytest.approx(2 * 80 * 10e-6) and h4 == pytest.approx(2 * h2) and h8 == pytest.approx(3 * h2)
-    assert S(llama70, A100, tp=2).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
+    assert S(llama70, A100, tp=2).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 12.81e-6)
+    assert S(llama70, get_gpu("a100-40gb-sxm"), tp=4).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 12.81e-6 * 2)
+    assert S(llama70, A100, tp=2, engine="vllm-v0").coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
+    assert S(llama70, get_gpu("a100-80gb-pcie"), tp=2).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
+    assert S(llama70, get_gpu("h100-sxm"), tp=2, engine="vllm-v0").coefficients.comm_fixed_s == pytest.approx(h2)
     assert S(llama70, A100, tp=2, cost=CostParams(allreduce_latency_s=5e-6)).coefficients.comm_fixed_s == \
         pytest.approx(2 * 80 * 5e-6)
     assert S(LLAMA8, A100).coefficients.comm_fixed_s == 0
@@ -338,9 +344,14 @@ def test_family_factors_are_what_the_kernel_tables_give():
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu_efficiency
 
-    from planner.catalog.gpus import FAMILY_EFFICIENCY
+    from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY
 
     rows = gpu_efficiency.factors(Path(AICONFIGURATOR))
     assert rows["h100-sxm"]["mfu_ratio"] == rows["h100-sxm"]["mbu_ratio"] == 1.0
     for name, (mfu_ratio, mbu_ratio) in FAMILY_EFFICIENCY.items():
         assert round(rows[name]["mfu_ratio"], 3) == mfu_ratio and round(rows[name]["mbu_ratio"], 3) == mbu_ratio
+    # the A100 SXM's all-reduce factor, measured on the 80 GB part, serves both SXM parts; the H200's (1.004) is
+    # left at the H100's floor
+    links = gpu_efficiency.allreduce_factors(Path(AICONFIGURATOR))
+    assert {round(links["a100-80gb-sxm"]["allreduce_ratio"], 3)} == set(FAMILY_ALLREDUCE.values()) == {1.281}
+    assert round(links["h200"]["allreduce_ratio"], 2) == 1.0 and "h200" not in FAMILY_ALLREDUCE

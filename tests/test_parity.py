@@ -43,8 +43,10 @@ def cli(tmp_path_factory):
     replay = cli_json("simulate", "--trace", "parity", *flags, db=db)
     rec = cli_json("recommend", "parity", *flags, "--slo", SLO, "--quiet", db=db)
     (row,) = [c for c in rec["classes"] if c["name"] == "chat"]
+    # the recommended configuration as its own replay: all of it, chunked prefill included
+    chunking = [] if row["config"]["enable_chunked_prefill"] else ["--no-chunked-prefill"]
     point = cli_json("simulate", "--trace", "parity", *flags, "--max-num-seqs", str(row["config"]["max_num_seqs"]),
-                     "--max-num-batched-tokens", str(row["config"]["max_num_batched_tokens"]),
+                     "--max-num-batched-tokens", str(row["config"]["max_num_batched_tokens"]), *chunking,
                      "--rate-scale", repr(row["scale"]), db=db)
     cli_json("report", "parity", *flags, "--slo", SLO, "-o", str(tmp / "report.json"), "--quiet", db=db)
     report = json.loads((tmp / "report.json").read_text())

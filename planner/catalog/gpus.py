@@ -41,6 +41,8 @@ class GPU:
     # one small all-reduce between two ranks inside a model's step: A100 NVLink 20-50 µs
     # (reference/performance-models.md §2), NCCL over PCIe 20-60 µs; H100 NVLink below (its catalog entry)
     allreduce_latency_s: float = 25e-6
+    # the same floor where vLLM V1 captures its custom all-reduce in CUDA graphs (FAMILY_ALLREDUCE); None: as above
+    v1_allreduce_latency_s: float | None = None
     # the cost model's MFU and MBU on this GPU where a calibration does not set them (CostParams' None):
     # DEFAULT_MFU / DEFAULT_MBU, scaled by FAMILY_EFFICIENCY for the GPUs it names
     mfu: float = DEFAULT_MFU
@@ -49,6 +51,13 @@ class GPU:
     @property
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
+
+    def allreduce_floor_s(self, graph_captured: bool) -> float:
+        """One small all-reduce's floor: vLLM V1's graph-captured custom all-reduce where this family has its own
+        (``graph_captured``), else :attr:`allreduce_latency_s`."""
+        if graph_captured and self.v1_allreduce_latency_s is not None:
+            return self.v1_allreduce_latency_s
+        return self.allreduce_latency_s
 
     def with_price(self, price_per_hour: float) -> GPU:
         """The same GPU at another hourly price."""
@@ -69,11 +78,22 @@ HOPPER_NVLINK_ALLREDUCE_S = 10e-6
 # tables, commit 095f58a5; bench/gpu_efficiency.py recomputes them). A GPU those tables lack (L4, A10G, MI300X, the
 # PCIe parts) takes the defaults unscaled: no source.
 FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {"h200": (0.938, 0.880), "l40s": (0.885, 0.943)}
+# vLLM V1's all-reduce floor on other NVLink GPUs, as a multiple of the H100's (HOPPER_NVLINK_ALLREDUCE_S, set on
+# its V1 runs): the median ratio of that GPU's graph-captured vLLM 0.14 custom all-reduce to the H100's at
+# decode-sized messages (32K-2M elements, TP 2/4/8; AIConfigurator's comm tables, commit 095f58a5;
+# bench/gpu_efficiency.py recomputes it). The A100 SXM's 1.281 is for its NVLink3 (measured on the 80 GB part; the
+# 40 GB part has the same links). Engines that call NCCL eagerly (the early-2024 V0 of bench/calibrate_points.py:
+# the same tables time an eager A100 call at ~44 µs, a captured one at ~5 µs) keep allreduce_latency_s.
+FAMILY_ALLREDUCE: dict[str, float] = {"a100-80gb-sxm": 1.281, "a100-40gb-sxm": 1.281}
 
 
 def _family(gpu: GPU) -> GPU:
     mfu_ratio, mbu_ratio = FAMILY_EFFICIENCY.get(gpu.name, (1.0, 1.0))
-    return replace(gpu, mfu=round(DEFAULT_MFU * mfu_ratio, 3), mbu=round(DEFAULT_MBU * mbu_ratio, 3))
+    graph_floor = gpu.v1_allreduce_latency_s
+    if gpu.name in FAMILY_ALLREDUCE:
+        graph_floor = round(HOPPER_NVLINK_ALLREDUCE_S * FAMILY_ALLREDUCE[gpu.name], 9)
+    return replace(gpu, mfu=round(DEFAULT_MFU * mfu_ratio, 3), mbu=round(DEFAULT_MBU * mbu_ratio, 3),
+                   v1_allreduce_latency_s=graph_floor)
 
 
 GPUS: dict[str, GPU] = {g.name: _family(g) for g in (

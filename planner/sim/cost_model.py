@@ -52,8 +52,9 @@ class CostParams:
         Extra time per sequence in the batch (BLIS: 4 µs per request).
     allreduce_latency_s : float or None
         Floor of one all-reduce between two ranks; it grows with ``log2(tp)`` (tree and two-shot all-reduces take
-        ``log2`` rounds). None: the GPU's (:attr:`planner.catalog.gpus.GPU.allreduce_latency_s`: A100 NVLink 25 µs,
-        H100 NVLink 10 µs).
+        ``log2`` rounds). None: the GPU's for the engine (:meth:`planner.catalog.gpus.GPU.allreduce_floor_s`: H100
+        NVLink 10 µs; A100 NVLink 12.8 µs under vLLM V1's graph-captured custom all-reduce, 25 µs for engines
+        that call NCCL eagerly).
     tp_step_overhead_s : float or None
         Extra time per step under tensor parallelism: the driver handing each step's batch to the other ranks'
         workers. None: the engine's (vLLM V0 over Ray 7 ms; vLLM V1's shared-memory broadcast 0).
@@ -98,7 +99,7 @@ class CostParams:
         return replace(self, mfu=gpu.mfu if self.mfu is None else self.mfu,
                        mbu=gpu.mbu if self.mbu is None else self.mbu,
                        allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
-                                            else gpu.allreduce_latency_s),
+                                            else gpu.allreduce_floor_s(scenario.engine_spec.v1_runtime)),
                        tp_step_overhead_s=(self.tp_step_overhead_s if self.tp_step_overhead_s is not None
                                            else scenario.engine_spec.tp_step_overhead_s))
 
