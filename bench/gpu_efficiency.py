@@ -13,6 +13,11 @@ decode-sized messages (32K to 2M elements: 8 to 512 tokens of a 4,096-8,192 hidd
 graph-captured vLLM 0.14 custom all-reduce latency over the H100's (``comm/vllm/0.14.0/custom_allreduce_perf.parquet``,
 backend ``vllm_graph``): how much slower one all-reduce inside vLLM V1's CUDA graphs is there.
 
+The roofline's knee (:data:`planner.catalog.gpus.FAMILY_ROOFLINE_P`): for each p of :data:`KNEES`, the median over
+the GEMMs (n, k ≥ 4,096, m of 16 to 512 tokens) of log(model ramp / measured ramp), where a ramp is a shape's time at
+m tokens over its time at one token and the model is ``(compute^p + memory^p)^(1/p)`` at the family's default MFU and
+MBU. The catalog takes the p nearest zero for a family whose p = 2 misses by more than :data:`KNEE_TOLERANCE`.
+
 Data: ai-dynamo/aiconfigurator (Apache-2.0) commit 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/
 <gpu>/gemm/vllm/0.14.0/gemm_perf.parquet`` (latency in ms per (m, n, k), BF16 and FP8 rows; BF16 read). Read from
 a clone, not copied: ``git clone https://github.com/ai-dynamo/aiconfigurator`` and pass it with ``--aiconfigurator``.
@@ -28,11 +33,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, get_gpu  # noqa: E402
+from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, FAMILY_ROOFLINE_P, get_gpu  # noqa: E402
 
 DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
@@ -44,6 +50,9 @@ STREAM_M = (1, 2, 4, 8)
 ALLREDUCE_TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/comm/vllm/0.14.0/custom_allreduce_perf.parquet"
 ALLREDUCE_SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm"}     # NVLink GPUs the tables time
 DECODE_ELEMENTS = (32 * 1024, 2 * 1024 * 1024)
+KNEES = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 64.0)     # 64: the cost model's ideal max
+KNEE_M = (16, 512)
+KNEE_TOLERANCE = 0.05
 
 
 def _read(repo: Path, path: str) -> pl.DataFrame:
@@ -101,6 +110,36 @@ def allreduce_factors(repo: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def knee_biases(repo: Path, system: str, gpu_name: str) -> dict[float, float]:
+    """Per p of :data:`KNEES`: the median log ratio of the model's ramp to the measured one over the system's GEMMs
+    (positive: the model turns compute-bound too early), at the catalog GPU's default MFU and MBU."""
+    gpu = get_gpu(gpu_name)
+    low, high = KNEE_M
+    table = (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
+             .filter((pl.col("n") >= 4096) & (pl.col("k") >= 4096) & (pl.col("m") <= high))
+             .group_by(["m", "n", "k"]).agg(pl.col("latency").min()))
+    one = table.filter(pl.col("m") == 1).select("n", "k", pl.col("latency").alias("latency_1"))
+    rows = table.filter(pl.col("m") >= low).join(one, on=["n", "k"])
+    m, n, k = (rows[c].to_numpy().astype(float) for c in ("m", "n", "k"))
+    measured = rows["latency"].to_numpy() / rows["latency_1"].to_numpy()
+
+    def busy(tokens: np.ndarray, p: float) -> np.ndarray:
+        memory = 2 * (n * k + tokens * (n + k)) / (gpu.mbu * gpu.hbm_bw_bytes_s)
+        compute = 2 * tokens * n * k / (gpu.mfu * gpu.bf16_flops)
+        top, bottom = np.maximum(compute, memory), np.minimum(compute, memory)
+        return top if p >= 64 else top * (1 + (bottom / top) ** p) ** (1 / p)
+
+    return {p: float(np.median(np.log(busy(m, p) / busy(np.ones_like(m), p) / measured))) for p in KNEES}
+
+
+def knee(biases: dict[float, float]) -> float | None:
+    """The p a family takes: the one whose bias is nearest zero, where p = 2 misses by more than the tolerance;
+    None: p = 2 stands."""
+    if abs(biases[2.0]) <= KNEE_TOLERANCE:
+        return None
+    return min(biases, key=lambda p: abs(biases[p]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", default=os.environ.get("AICONFIGURATOR"),
@@ -122,6 +161,14 @@ def main() -> None:
         held = FAMILY_ALLREDUCE.get(name)
         print(f"{name:14s} {r['allreduce_ratio']:18.3f} {r['median_us']:10.1f} {r['pairs']:6d}  "
               f"{'— (the H100 floor as it is)' if held is None else f'{held:.3f}'}")
+    print(f"\n{'GPU':14s} " + " ".join(f"{'p=' + format(p, 'g'):>7s}" for p in KNEES) + "  knee  catalog p"
+          "   (median log error of the model's 1-to-m ramp, m 16-512)")
+    for name, system in SYSTEMS.items():
+        biases = knee_biases(Path(args.aiconfigurator), system, name)
+        chosen = knee(biases)
+        print(f"{name:14s} " + " ".join(f"{biases[p]:+7.3f}" for p in KNEES) +
+              f"  {'2 (within 5%)' if chosen is None else format(chosen, 'g'):>4s}  "
+              f"{format(get_gpu(name).roofline_p, 'g')}")
 
 
 if __name__ == "__main__":

@@ -333,5 +333,5 @@ def _check_cost(cost: CostParams) -> None:
         if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
                                "seconds")
-    if not isinstance(cost.roofline_p, numbers.Real) or not cost.roofline_p >= 1:
+    if cost.roofline_p is not None and (not isinstance(cost.roofline_p, numbers.Real) or not cost.roofline_p >= 1):
         raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

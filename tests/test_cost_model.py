@@ -1,6 +1,7 @@
 """The step-time cost model against the reference worked examples, its monotonicity, and calibration."""
 
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -69,7 +70,7 @@ def test_the_default_knee_matches_measured_gemms_near_the_ridge():
     # performance-models.md §2, Vidur A100 Llama-3-8B mlp_up_proj (117.4M params, 235 MB): 0.142 ms at 1 token
     # (memory), 75% MFU at 4,096 tokens; 128 tokens measured at ~1.3x the 1-token time
     memory_ms, compute_ms = 0.142, 2 * 117.4e6 * 128 / (0.75 * 312e12) * 1e3
-    assert _busy(compute_ms, memory_ms, CostParams().roofline_p) / memory_ms == pytest.approx(1.3, rel=0.05)
+    assert _busy(compute_ms, memory_ms, A100.roofline_p) / memory_ms == pytest.approx(1.3, rel=0.05)
     assert _busy(compute_ms, memory_ms, 64.0) / memory_ms == pytest.approx(1.0)     # the ideal roofline: 1.0x
     far = 2 * 117.4e6 * 4096 / (0.75 * 312e12) * 1e3
     assert _busy(far, memory_ms, 2.0) == pytest.approx(far, rel=1e-3)                # far from the ridge: compute
@@ -335,6 +336,25 @@ def test_each_gpu_family_has_its_measured_default_efficiencies():
     assert S(gpu=l40s).replace(gpu=A100).coefficients.s_per_byte == pytest.approx(1 / (0.8 * 2039e9))
 
 
+def test_each_gpu_family_turns_compute_bound_where_its_gemms_do():
+    # the roofline's knee: 2 where Vidur's A100 GEMMs put it (and on the L40S, within 5% of its GEMMs); the H100's
+    # GEMMs stay memory-bound further (4), the H200's further still (64: the ideal max)
+    h100, h200, l40s = get_gpu("h100-sxm"), get_gpu("h200"), get_gpu("l40s")
+    assert [S(gpu=g).coefficients.roofline_p for g in (A100, l40s, h100, h200)] == [2.0, 2.0, 4.0, 64.0]
+    # a 128-sequence decode of Llama-3-8B on an H100: its busy time is (c^4 + m^4)^(1/4), nearer the memory time
+    # than the A100's knee would put it
+    step = predict_step(S(gpu=h100), [], [(128, 1024)])
+    compute, memory = step["compute_ms"], step["memory_ms"]
+    assert step["overlap_loss_ms"] == pytest.approx((compute ** 4 + memory ** 4) ** 0.25 - memory, rel=1e-9)
+    knee2 = predict_step(S(gpu=h100, cost=CostParams(roofline_p=2.0)), [], [(128, 1024)])
+    assert knee2["step_ms"] - step["step_ms"] == pytest.approx(math.hypot(compute, memory) -
+                                                               (compute ** 4 + memory ** 4) ** 0.25, rel=1e-9)
+    assert h200.roofline_p >= 64 and predict_step(S(gpu=h200), [], [(128, 1024)])["overlap_loss_ms"] == 0
+    # a calibration's knee applies as given; left unset it follows the GPU when the scenario's GPU changes
+    assert S(gpu=h100, cost=CostParams(roofline_p=3.0)).coefficients.roofline_p == 3.0
+    assert S(gpu=h100).replace(gpu=A100).coefficients.roofline_p == 2.0
+
+
 AICONFIGURATOR = os.environ.get("AICONFIGURATOR", "")
 
 
@@ -344,7 +364,7 @@ def test_family_factors_are_what_the_kernel_tables_give():
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu_efficiency
 
-    from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY
+    from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, FAMILY_ROOFLINE_P
 
     rows = gpu_efficiency.factors(Path(AICONFIGURATOR))
     assert rows["h100-sxm"]["mfu_ratio"] == rows["h100-sxm"]["mbu_ratio"] == 1.0
@@ -355,3 +375,8 @@ def test_family_factors_are_what_the_kernel_tables_give():
     links = gpu_efficiency.allreduce_factors(Path(AICONFIGURATOR))
     assert {round(links["a100-80gb-sxm"]["allreduce_ratio"], 3)} == set(FAMILY_ALLREDUCE.values()) == {1.281}
     assert round(links["h200"]["allreduce_ratio"], 2) == 1.0 and "h200" not in FAMILY_ALLREDUCE
+    # each family's knee is the one its GEMMs' ramp picks; the A100 keeps its reference's 2 (Vidur's GEMMs)
+    knees = {name: gpu_efficiency.knee(gpu_efficiency.knee_biases(Path(AICONFIGURATOR), system, name))
+             for name, system in gpu_efficiency.SYSTEMS.items()}
+    assert {name: p for name, p in knees.items() if p is not None and name != "a100-80gb-sxm"} == FAMILY_ROOFLINE_P
+    assert knees["l40s"] is None and "a100-80gb-sxm" not in FAMILY_ROOFLINE_P

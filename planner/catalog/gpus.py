@@ -19,6 +19,9 @@ TB = 10**12
 # worked examples and Vidur's A100 GEMM and GEMV timings) and H100 SXM (checked on vLLM v0.15.1, bench/fidelity_v1.py)
 DEFAULT_MFU = 0.55
 DEFAULT_MBU = 0.80
+# how sharply a step turns from memory- to compute-bound (CostParams.roofline_p): 2 reproduces Vidur's A100 GEMMs
+# near the ridge (reference/performance-models.md); FAMILY_ROOFLINE_P gives the families whose GEMMs turn sharper
+DEFAULT_ROOFLINE_P = 2.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class GPU:
     # DEFAULT_MFU / DEFAULT_MBU, scaled by FAMILY_EFFICIENCY for the GPUs it names
     mfu: float = DEFAULT_MFU
     mbu: float = DEFAULT_MBU
+    roofline_p: float = DEFAULT_ROOFLINE_P
 
     @property
     def memory_gib(self) -> float:
@@ -85,6 +89,13 @@ FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {"h200": (0.938, 0.880), "l4
 # 40 GB part has the same links). Engines that call NCCL eagerly (the early-2024 V0 of bench/calibrate_points.py:
 # the same tables time an eager A100 call at ~44 µs, a captured one at ~5 µs) keep allreduce_latency_s.
 FAMILY_ALLREDUCE: dict[str, float] = {"a100-80gb-sxm": 1.281, "a100-40gb-sxm": 1.281}
+# The roofline's knee per family: the p (of 1.5, 2, 3, 4, 6, 8, 16, 64) whose ramp from 1 to m tokens (16-512)
+# matches that GPU's measured vLLM 0.14 BF16 GEMMs best (median log error over the shapes with n, k >= 4,096;
+# AIConfigurator's kernel tables, commit 095f58a5; bench/gpu_efficiency.py recomputes it), where p = 2 misses it by
+# more than 5%: the H100's GEMMs stay memory-bound further (p = 2: +10.6%, 4: +0.5%), the H200's further still
+# (2: +17.4%, 64, the ideal max: +1.4%). The L40S's (2: -3.2%) keeps 2; so does the A100, whose reference
+# (Vidur's GEMMs, 1.3x the 1-token time at 128 tokens) measures p = 2, though these tables would give it 8.
+FAMILY_ROOFLINE_P: dict[str, float] = {"h100-sxm": 4.0, "h200": 64.0}
 
 
 def _family(gpu: GPU) -> GPU:
@@ -93,7 +104,7 @@ def _family(gpu: GPU) -> GPU:
     if gpu.name in FAMILY_ALLREDUCE:
         graph_floor = round(HOPPER_NVLINK_ALLREDUCE_S * FAMILY_ALLREDUCE[gpu.name], 9)
     return replace(gpu, mfu=round(DEFAULT_MFU * mfu_ratio, 3), mbu=round(DEFAULT_MBU * mbu_ratio, 3),
-                   v1_allreduce_latency_s=graph_floor)
+                   v1_allreduce_latency_s=graph_floor, roofline_p=FAMILY_ROOFLINE_P.get(gpu.name, gpu.roofline_p))
 
 
 GPUS: dict[str, GPU] = {g.name: _family(g) for g in (

@@ -71,11 +71,13 @@ class CostParams:
         steps leave unexplained in the TTFT of the dense runs among inference-sim's seven vLLM v0.15.1 H100 runs
         (the development data of bench/fidelity_v1.py); BLIS fits a 15.6 ms lump on the same study, which also
         holds async scheduling's extra step (inference-sim defaults.yaml, alpha_coeffs[0]).
-    roofline_p : float
+    roofline_p : float or None
         How sharply a step turns from memory- to compute-bound: busy time ``(compute^p + memory^p)^(1/p)``.
         Large p is the ideal roofline ``max``; 1 adds the two. 2 reproduces Vidur's measured A100 GEMMs near the
         ridge (Llama-3-8B ``mlp_up_proj`` at 128 tokens takes 1.30× its 1-token time; p = 2 gives 1.33×,
-        ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs.
+        ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs. None: the GPU's
+        (:attr:`planner.catalog.gpus.GPU.roofline_p`: 2; H100 SXM 4 and H200 64, whose measured GEMMs stay
+        memory-bound further).
     """
 
     mfu: float | None = None
@@ -85,7 +87,7 @@ class CostParams:
     allreduce_latency_s: float | None = None
     tp_step_overhead_s: float | None = None
     link_efficiency: float = 0.4
-    roofline_p: float = 2.0
+    roofline_p: float | None = None
     piecewise_layer_s: float = 16e-6
     frontend_s: float = 6e-3
     source: str = "defaults (reference/performance-models.md)"
@@ -98,6 +100,7 @@ class CostParams:
         gpu = scenario.gpu
         return replace(self, mfu=gpu.mfu if self.mfu is None else self.mfu,
                        mbu=gpu.mbu if self.mbu is None else self.mbu,
+                       roofline_p=gpu.roofline_p if self.roofline_p is None else self.roofline_p,
                        allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
                                             else gpu.allreduce_floor_s(scenario.engine_spec.v1_runtime)),
                        tp_step_overhead_s=(self.tp_step_overhead_s if self.tp_step_overhead_s is not None
