@@ -13,6 +13,9 @@ decode-sized messages (32K to 2M elements: 8 to 512 tokens of a 4,096-8,192 hidd
 graph-captured vLLM 0.14 custom all-reduce latency over the H100's (``comm/vllm/0.14.0/custom_allreduce_perf.parquet``,
 backend ``vllm_graph``): how much slower one all-reduce inside vLLM V1's CUDA graphs is there.
 
+``bench/data/h200_gemm/gemm_bf16.csv`` holds GEMMs this project timed on an H200 (``bench/gemm_ramp.py``); the
+H200 row is checked against them too, with no clone needed.
+
 The roofline's knee (:data:`planner.catalog.gpus.FAMILY_ROOFLINE_P`): for each p of :data:`KNEES`, the median over
 the GEMMs (n, k ≥ 4,096, m of 16 to 512 tokens) of log(model ramp / measured ramp), where a ramp is a shape's time at
 m tokens over its time at one token and the model is ``(compute^p + memory^p)^(1/p)`` at the family's default MFU and
@@ -50,6 +53,8 @@ STREAM_M = (1, 2, 4, 8)
 ALLREDUCE_TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/comm/vllm/0.14.0/custom_allreduce_perf.parquet"
 ALLREDUCE_SYSTEMS = {"a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm"}     # NVLink GPUs the tables time
 DECODE_ELEMENTS = (32 * 1024, 2 * 1024 * 1024)
+# GEMMs this project timed itself on a real H200 (bench/gemm_ramp.py, 2026-12-04): a second source for its row
+H200_TIMED = Path(__file__).resolve().parent / "data" / "h200_gemm" / "gemm_bf16.csv"
 KNEES = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 64.0)     # 64: the cost model's ideal max
 KNEE_M = (16, 512)
 KNEE_TOLERANCE = 0.05
@@ -113,11 +118,16 @@ def allreduce_factors(repo: Path) -> dict[str, dict[str, float]]:
 def knee_biases(repo: Path, system: str, gpu_name: str) -> dict[float, float]:
     """Per p of :data:`KNEES`: the median log ratio of the model's ramp to the measured one over the system's GEMMs
     (positive: the model turns compute-bound too early), at the catalog GPU's default MFU and MBU."""
+    table = (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
+             .group_by(["m", "n", "k"]).agg(pl.col("latency").min()))
+    return ramp_biases(table, gpu_name)
+
+
+def ramp_biases(table: pl.DataFrame, gpu_name: str) -> dict[float, float]:
+    """:func:`knee_biases` of any GEMM timings (columns m, n, k, latency in ms, one row per shape)."""
     gpu = get_gpu(gpu_name)
     low, high = KNEE_M
-    table = (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
-             .filter((pl.col("n") >= 4096) & (pl.col("k") >= 4096) & (pl.col("m") <= high))
-             .group_by(["m", "n", "k"]).agg(pl.col("latency").min()))
+    table = table.filter((pl.col("n") >= 4096) & (pl.col("k") >= 4096) & (pl.col("m") <= high))
     one = table.filter(pl.col("m") == 1).select("n", "k", pl.col("latency").alias("latency_1"))
     rows = table.filter(pl.col("m") >= low).join(one, on=["n", "k"])
     m, n, k = (rows[c].to_numpy().astype(float) for c in ("m", "n", "k"))
@@ -132,6 +142,19 @@ def knee_biases(repo: Path, system: str, gpu_name: str) -> dict[float, float]:
     return {p: float(np.median(np.log(busy(m, p) / busy(np.ones_like(m), p) / measured))) for p in KNEES}
 
 
+def measured_here(path: Path, gpu_name: str) -> dict:
+    """A GEMM table timed by ``bench/gemm_ramp.py`` on a real GPU (CSV: m, n, k, latency_ms): its GEMV MBU (m ≤ 8)
+    and GEMM MFU (m ≥ 1,024) medians, as :func:`gemm_table` computes them, and its :func:`ramp_biases`."""
+    gpu = get_gpu(gpu_name)
+    table = pl.read_csv(path).rename({"latency_ms": "latency"})
+    seconds, m, n, k = pl.col("latency") * 1e-3, pl.col("m"), pl.col("n"), pl.col("k")
+    rated = table.with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
+                               mbu=2 * (n * k + m * (n + k)) / seconds / gpu.hbm_bw_bytes_s)
+    return {"gemv_mbu": float(rated.filter(m.is_in(STREAM_M))["mbu"].median()),
+            "gemm_mfu": float(rated.filter(m.is_in(COMPUTE_M))["mfu"].median()),
+            "biases": ramp_biases(table, gpu_name), "shapes": table.height}
+
+
 def knee(biases: dict[float, float]) -> float | None:
     """The p a family takes: the one whose bias is nearest zero, where p = 2 misses by more than the tolerance;
     None: p = 2 stands."""
@@ -140,11 +163,21 @@ def knee(biases: dict[float, float]) -> float | None:
     return min(biases, key=lambda p: abs(biases[p]))
 
 
+def print_h200_timed() -> None:
+    """The H200 row as this project's own timings give it, beside the catalog's."""
+    here = measured_here(H200_TIMED, "h200")
+    h200 = get_gpu("h200")
+    print(f"H200 timed here (bench/gemm_ramp.py, {here['shapes']} shapes): GEMV MBU {here['gemv_mbu']:.3f}, GEMM MFU "
+          f"{here['gemm_mfu']:.3f}; ramp bias " + " ".join(f"p={p:g} {b:+.3f}" for p, b in here["biases"].items()) +
+          f"; knee {knee(here['biases']) or 2:g} (catalog: MFU {h200.mfu}, MBU {h200.mbu}, knee {h200.roofline_p:g})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", default=os.environ.get("AICONFIGURATOR"),
                         help="a clone of github.com/ai-dynamo/aiconfigurator (or set AICONFIGURATOR)")
     args = parser.parse_args()
+    print_h200_timed()
     if not args.aiconfigurator or not Path(args.aiconfigurator).exists():
         sys.exit("error: --aiconfigurator: expected a clone of https://github.com/ai-dynamo/aiconfigurator: "
                  "git clone https://github.com/ai-dynamo/aiconfigurator")
