@@ -193,5 +193,5 @@ def scenario() -> Scenario:
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "
                f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; "
                f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}; step costs at MFU "
-               f"{applied.mfu:.3g}, MBU {applied.mbu:.3g}. {gpu.help}")
+               f"{applied.mfu:.3g}, MBU {applied.mbu:.3g}, roofline knee p {applied.roofline_p:g}. {gpu.help}")
     return out

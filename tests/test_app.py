@@ -399,12 +399,17 @@ def test_every_page_opens_on_a_trace_stored_as_its_summary(tmp_path, monkeypatch
     assert not at.exception
 
 
-def test_the_scenario_states_the_gpu_familys_step_efficiencies(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gpu, applied", [
+    # the L40S's own defaults (its GEMMs against the H100's), not the A100/H100 0.55 / 0.80, and the knee of 2
+    ("l40s", "MFU 0.487, MBU 0.754, roofline knee p 2."),
+    # an H100's steps stay memory-bound further: its knee is 4
+    ("h100-sxm", "MFU 0.55, MBU 0.8, roofline knee p 4."),
+])
+def test_the_scenario_states_the_gpu_familys_step_efficiencies(tmp_path, monkeypatch, gpu, applied):
     monkeypatch.setenv("PLANNER_DB", str(tmp_path / "family.duckdb"))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["gpu"] = "l40s"
+    at.query_params["gpu"] = gpu
     at.run()
     at.switch_page("pages/memory.py").run()
     assert not at.exception
-    # the L40S's own defaults (its GEMMs against the H100's), not the A100/H100 0.55 / 0.80
-    assert any("MFU 0.487, MBU 0.754" in c.value for c in at.caption)
+    assert any(applied in c.value for c in at.caption)
