@@ -41,7 +41,8 @@ import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, FAMILY_ROOFLINE_P, get_gpu  # noqa: E402
+from planner.catalog.gpus import FAMILY_ALLREDUCE, FAMILY_EFFICIENCY, get_gpu  # noqa: E402
+from planner.sim.cost_model import _busy  # noqa: E402
 
 DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
@@ -66,17 +67,21 @@ def _read(repo: Path, path: str) -> pl.DataFrame:
     return pl.read_parquet(io.BytesIO(blob))
 
 
-def gemm_table(repo: Path, system: str, gpu_name: str) -> pl.DataFrame:
-    """BF16 rows of one system's table with each shape's achieved fraction of the GPU's peak FLOP/s (``mfu``)
+def rated(table: pl.DataFrame, gpu_name: str) -> pl.DataFrame:
+    """GEMM timings (m, n, k, latency in ms) with each shape's achieved fraction of the GPU's peak FLOP/s (``mfu``)
     and of its bandwidth (``mbu``: weights, input and output bytes once)."""
     gpu = get_gpu(gpu_name)
     seconds = pl.col("latency") * 1e-3
     m, n, k = pl.col("m"), pl.col("n"), pl.col("k")
-    return (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
-            .filter((n >= 4096) & (k >= 4096))
-            .group_by(["m", "n", "k"]).agg(pl.col("latency").min())
-            .with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
-                          mbu=2 * (n * k + m * (n + k)) / seconds / gpu.hbm_bw_bytes_s))
+    return table.with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
+                              mbu=2 * (n * k + m * (n + k)) / seconds / gpu.hbm_bw_bytes_s)
+
+
+def gemm_table(repo: Path, system: str, gpu_name: str) -> pl.DataFrame:
+    """BF16 rows of one system's table (n, k ≥ 4,096), :func:`rated`."""
+    return rated(_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
+                 .filter((pl.col("n") >= 4096) & (pl.col("k") >= 4096))
+                 .group_by(["m", "n", "k"]).agg(pl.col("latency").min()), gpu_name)
 
 
 def factors(repo: Path) -> dict[str, dict[str, float]]:
@@ -132,12 +137,11 @@ def ramp_biases(table: pl.DataFrame, gpu_name: str) -> dict[float, float]:
     rows = table.filter(pl.col("m") >= low).join(one, on=["n", "k"])
     m, n, k = (rows[c].to_numpy().astype(float) for c in ("m", "n", "k"))
     measured = rows["latency"].to_numpy() / rows["latency_1"].to_numpy()
+    knee_of = np.vectorize(_busy.py_func)       # the cost model's own smoothed roofline, shape by shape
 
     def busy(tokens: np.ndarray, p: float) -> np.ndarray:
         memory = 2 * (n * k + tokens * (n + k)) / (gpu.mbu * gpu.hbm_bw_bytes_s)
-        compute = 2 * tokens * n * k / (gpu.mfu * gpu.bf16_flops)
-        top, bottom = np.maximum(compute, memory), np.minimum(compute, memory)
-        return top if p >= 64 else top * (1 + (bottom / top) ** p) ** (1 / p)
+        return knee_of(2 * tokens * n * k / (gpu.mfu * gpu.bf16_flops), memory, p)
 
     return {p: float(np.median(np.log(busy(m, p) / busy(np.ones_like(m), p) / measured))) for p in KNEES}
 
@@ -145,13 +149,10 @@ def ramp_biases(table: pl.DataFrame, gpu_name: str) -> dict[float, float]:
 def measured_here(path: Path, gpu_name: str) -> dict:
     """A GEMM table timed by ``bench/gemm_ramp.py`` on a real GPU (CSV: m, n, k, latency_ms): its GEMV MBU (m ≤ 8)
     and GEMM MFU (m ≥ 1,024) medians, as :func:`gemm_table` computes them, and its :func:`ramp_biases`."""
-    gpu = get_gpu(gpu_name)
     table = pl.read_csv(path).rename({"latency_ms": "latency"})
-    seconds, m, n, k = pl.col("latency") * 1e-3, pl.col("m"), pl.col("n"), pl.col("k")
-    rated = table.with_columns(mfu=2 * m * n * k / seconds / gpu.bf16_flops,
-                               mbu=2 * (n * k + m * (n + k)) / seconds / gpu.hbm_bw_bytes_s)
-    return {"gemv_mbu": float(rated.filter(m.is_in(STREAM_M))["mbu"].median()),
-            "gemm_mfu": float(rated.filter(m.is_in(COMPUTE_M))["mfu"].median()),
+    shapes = rated(table, gpu_name)
+    return {"gemv_mbu": float(shapes.filter(pl.col("m").is_in(STREAM_M))["mbu"].median()),
+            "gemm_mfu": float(shapes.filter(pl.col("m").is_in(COMPUTE_M))["mfu"].median()),
             "biases": ramp_biases(table, gpu_name), "shapes": table.height}
 
 
