@@ -123,9 +123,7 @@ def allreduce_factors(repo: Path) -> dict[str, dict[str, float]]:
 def knee_biases(repo: Path, system: str, gpu_name: str) -> dict[float, float]:
     """Per p of :data:`KNEES`: the median log ratio of the model's ramp to the measured one over the system's GEMMs
     (positive: the model turns compute-bound too early), at the catalog GPU's default MFU and MBU."""
-    table = (_read(repo, TABLE.format(system)).filter(pl.col("gemm_dtype") == "bfloat16")
-             .group_by(["m", "n", "k"]).agg(pl.col("latency").min()))
-    return ramp_biases(table, gpu_name)
+    return ramp_biases(gemm_table(repo, system, gpu_name), gpu_name)
 
 
 def ramp_biases(table: pl.DataFrame, gpu_name: str) -> dict[float, float]:
