@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -24,7 +25,7 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import POINT_COLUMNS, fit_points, predict_points  # noqa: E402
-from planner.sim.cost_model import CostParams  # noqa: E402
+from planner.sim.cost_model import CostParams, FittedOn  # noqa: E402
 
 PROFILE = json.loads((Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100" /
                       "profiler-a100-80g.vllm.json").read_text())
@@ -59,11 +60,12 @@ def scenario(preset: str, tp: int, cost: CostParams = CostParams()) -> Scenario:
                     max_model_len=2048, cost=cost)
 
 
-def errors(cost: CostParams) -> pl.DataFrame:
+def errors(cost_for: Callable[[str, str, int], CostParams]) -> pl.DataFrame:
+    """Each predicted step's error, with the cost model ``cost_for(hf_id, preset, tp)`` gives that server."""
     rows = []
     for hf_id, preset, tp in PREDICTED:
         frame = points(hf_id, tp, GRID)
-        server = scenario(preset, tp, cost)
+        server = scenario(preset, tp, cost_for(hf_id, preset, tp))
         pool_tokens = server.settings.num_blocks * server.settings.block_size
         predicted = predict_points(server, frame)
         for row, p in zip(frame.iter_rows(named=True), predicted, strict=True):
@@ -75,16 +77,26 @@ def errors(cost: CostParams) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def six_fit(hf_id: str, preset: str, tp: int) -> dict:
+    """``calibrate --points`` on :data:`SIX` timed on that server."""
+    return fit_points(scenario(preset, tp), points(hf_id, tp, SIX))
+
+
 def main() -> None:
-    hf_id, preset, tp = FITTED[0]
-    fit = fit_points(scenario(preset, tp), points(hf_id, tp, SIX))
-    calibrated = CostParams(**{**fit["params"], "source": "six OPT-13B TP1 iterations"})
-    print("calibrated on six OPT-13B TP1 iterations:", {k: round(v, 6) for k, v in fit["params"].items()},
+    fit = six_fit(*FITTED[0])
+    calibrated = CostParams(**{**fit["params"], "source": "six OPT-13B TP1 iterations"},
+                            fitted_on=FittedOn("opt-13b", "a100-80gb-sxm", 1, "vllm-v0", tuple(fit["fitted"])))
+    print("calibrated on six OPT-13B TP1 iterations:", {k: round(fit["params"][k], 6) for k in fit["fitted"]},
           f"(in-sample MAPE {fit['mape']:.1%})")
     for warning in fit["warnings"]:
         print("warning:", warning)
-    for label, cost in (("defaults", CostParams()), ("calibrated", calibrated)):
-        table = errors(cost)
+    for warning in scenario("opt-66b", 4, calibrated).calibration_warnings:
+        print("applied to OPT-66B at TP 4, warning:", warning)
+    # what that warning asks for: each server calibrated on six iterations timed on it
+    own = {(preset, tp): CostParams(**six_fit(hf_id, preset, tp)["params"]) for hf_id, preset, tp in PREDICTED}
+    for label, cost_for in (("defaults", lambda *_: CostParams()), ("calibrated", lambda *_: calibrated),
+                            ("calibrated on each server's own six", lambda _, preset, tp: own[preset, tp])):
+        table = errors(cost_for)
         by = table.group_by("model", "tp", "kind", maintain_order=True).agg(
             median=pl.col("error").abs().median(), worst=pl.col("error").abs().max(), bias=pl.col("error").median())
         with pl.Config(tbl_rows=20, float_precision=3):

@@ -15,7 +15,8 @@ from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
 from planner.errors import PlannerError
 from planner.scenario import Scenario, defaults
-from planner.sim.cost_model import CostParams, params_from_json
+from planner.sim.calibration import params_from_json
+from planner.sim.cost_model import CostParams
 from planner.sim.engines import ENGINES
 
 URL = {"bind": "query-params", "persist_state": "page"}
@@ -188,6 +189,8 @@ def scenario() -> Scenario:
         st.success(f"Overheads fitted from the log: weights {o.weights_bytes / GiB:.2f} GiB per GPU, activation "
                    f"{o.activation_bytes / GiB:.2f} GiB, non-torch {o.non_torch_bytes / GiB:.2f} GiB, CUDA graphs "
                    f"{o.cudagraph_bytes / GiB:.2f} GiB (outside the budget), GPU memory {gpu.memory_gib:.2f} GiB.")
+    for warning in out.calibration_warnings:
+        st.warning(warning[0].upper() + warning[1:])
     applied = out.cost.resolved(out)
     st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "

@@ -202,6 +202,12 @@ class Scenario:
                               self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority,
                               prefix_caching=self.prefix_caching, async_scheduling=self.async_scheduling)
 
+    @cached_property
+    def calibration_warnings(self) -> tuple[str, ...]:
+        """What a calibration fitted on another server leaves unmeasured here
+        (:meth:`planner.sim.cost_model.CostParams.transfer_warnings`); empty for the defaults."""
+        return self.cost.transfer_warnings(self)
+
     @property
     def price_per_replica_hour(self) -> float:
         """USD per hour of one replica (``tp`` GPUs)."""

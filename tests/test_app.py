@@ -413,3 +413,25 @@ def test_the_scenario_states_the_gpu_familys_step_efficiencies(tmp_path, monkeyp
     at.switch_page("pages/memory.py").run()
     assert not at.exception
     assert any(applied in c.value for c in at.caption)
+
+
+def test_the_scenario_warns_when_a_calibration_was_fitted_on_another_gpu(tmp_path, monkeypatch):
+    # a calibration measured on one A100 with Llama-3-8B under V1, kept in the session as an upload leaves it
+    from planner.sim.cost_model import CostParams, FittedOn
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "calibrated.duckdb"))
+    fitted = CostParams(mfu=0.45, mbu=0.7, source="calibrated (a100.json)",
+                        fitted_on=FittedOn("llama-3-8b", "a100-80gb-sxm", 1, "vllm-v1", ("mfu", "mbu")))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["model"], at.query_params["gpu"] = "llama-3-8b", "a100-80gb-sxm"
+    at.run()
+    at.session_state["cost_params"] = fitted
+    at.switch_page("pages/memory.py").run()
+    assert not at.exception
+    assert not any("The calibration was fitted" in w.value for w in at.warning)
+    assert any("MFU 0.45, MBU 0.7" in c.value for c in at.caption)
+    # the same file on an H100: its MFU and MBU still apply, and the page says they are the A100's
+    at.selectbox(key="gpu").set_value("h100-sxm").run()
+    warned = [w.value for w in at.warning if "The calibration was fitted" in w.value]
+    assert len(warned) == 1 and "fitted on a100-80gb-sxm and is applied to h100-sxm" in warned[0]
+    assert any("MFU 0.45, MBU 0.7" in c.value for c in at.caption)

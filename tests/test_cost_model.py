@@ -16,7 +16,7 @@ from planner.catalog.models import weights_bytes
 from planner.catalog.presets import get_model
 from planner.errors import PlannerError
 from planner.scenario import Scenario
-from planner.sim.calibration import fit_points, fit_trace, read_points
+from planner.sim.calibration import fit_points, fit_trace, params_from_json, read_points
 from planner.sim.cost_model import CostParams, batch_aggregates, predict_step, step_seconds
 from planner.sim.run import simulate
 from planner.sim.workload import synthetic
@@ -168,6 +168,48 @@ def test_calibrate_cli_round_trip(tmp_path):
     with pytest.raises(PlannerError):
         fit_trace(S(max_model_len=8192), synthetic("requests=3,input=5,output=5,qps=1"), np.full(3, np.nan),
                   np.full(3, np.nan))
+
+
+def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transfer(tmp_path):
+    db = tmp_path / "c.duckdb"
+    out = tmp_path / "cal.json"
+    obj = cli_json("calibrate", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--points",
+                   str(measured_points(tmp_path / "p.csv")), "-o", str(out), db=db)
+    assert obj["fitted"] == ["mfu", "mbu", "step_overhead_s", "seq_overhead_s"]
+    body = json.loads(out.read_text())
+    assert (body["model"], body["gpu"], body["tp"], body["engine"]) == ("llama-3-8b", "a100-80gb-sxm", 1, "vllm-v1")
+    # what the A100 and V1 gave the fit (the A100's knee and all-reduce floor, V1's TP hand-over) is not frozen in
+    assert [body["params"][k] for k in ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")] == [None] * 3
+    fitted = {k: body["params"][k] for k in obj["fitted"]}
+    # applied to an H100 pair under V0, it takes that server's knee (4), all-reduce floor and Ray hand-over (7 ms)
+    proc = run_cli("step", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--tp", "2", "--engine", "vllm-v0",
+                   "--decode", "64x2048", "--calibration", str(out), "--json", db=db)
+    there = S(gpu=get_gpu("h100-sxm"), tp=2, engine="vllm-v0", cost=CostParams(**fitted))
+    assert there.coefficients.roofline_p == 4.0
+    assert there.coefficients.step_overhead_s == pytest.approx(fitted["step_overhead_s"] + 7e-3)
+    expected = predict_step(there, [], [(64, 2048)])["step_ms"]
+    assert json.loads(proc.stdout)["step_ms"] == pytest.approx(expected, rel=1e-9)
+    # and says, once each, what of the A100 TP 1 V1 measurement does not carry over
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 3
+    assert "fitted on a100-80gb-sxm and is applied to h100-sxm" in warnings[0]
+    assert "fitted under vllm-v1 and is applied to vllm-v0" in warnings[1]
+    assert "fitted at TP 1 and is applied at TP 2" in warnings[2]
+    # on the measured server itself: nothing to say
+    same = run_cli("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "64x2048",
+                   "--calibration", str(out), "--json", db=db)
+    assert "warning" not in same.stderr
+    # another model on the measured GPU: only that; a file from before the engine and fitted names were recorded
+    # names no engine and says "efficiencies and overheads"
+    old = {k: v for k, v in body.items() if k not in ("engine", "fitted")}
+    params = params_from_json(json.dumps(old), "old.json")
+    assert params.fitted_on.engine is None
+    warned = S(LLAMA70, tp=4, engine="vllm-v0", cost=params).calibration_warnings
+    assert len(warned) == 2 and "efficiencies and overheads" not in warned[0]
+    assert warned[0].startswith("the calibration was fitted at TP 1 and is applied at TP 4")
+    assert "fitted on llama-3-8b and is applied to llama-3-70b" in warned[1]
+    assert "efficiencies and overheads" in S(gpu=get_gpu("l40s"), cost=params).calibration_warnings[0]
+    assert S().calibration_warnings == () and S(cost=CostParams(mfu=0.3)).calibration_warnings == ()
 
 
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):

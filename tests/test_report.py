@@ -185,6 +185,26 @@ def test_a_trace_without_times_still_reports_and_says_why_sections_are_empty(con
     assert page.count("no arrival times") == 3 and md.count("no arrival times") == 3
 
 
+def test_a_report_on_a_calibration_from_another_server_says_so_in_every_twin(con, tmp_path):
+    from planner.sim.cost_model import CostParams, FittedOn
+
+    path = tmp_path / "lengths.csv"
+    path.write_text("input_tokens,output_tokens\n100,20\n200,30\n300,40\n150,25\n")
+    info = ingest_file(con, path)
+    fitted = CostParams(mfu=0.45, mbu=0.7, source="calibrated (h100.json)",
+                        fitted_on=FittedOn("llama-3-8b", "h100-sxm", 1, "vllm-v1", ("mfu", "mbu")))
+    report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096, cost=fitted),
+                          RecommendOptions())
+    body = report.to_dict()
+    (warning,) = body["assumptions"]["calibration_warnings"]
+    assert warning.startswith("the calibration was fitted on h100-sxm and is applied to a100-80gb-sxm: its mfu, mbu")
+    assert body["assumptions"]["cost_model"]["fitted_on"]["gpu"] == "h100-sxm"
+    assert f"<b>Warning:</b> {html.escape(warning)}" in to_html(report, chart_svgs(report.charts))
+    assert "**Warning:** the calibration was fitted on h100-sxm" in to_markdown(report)
+    plain = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
+    assert plain.to_dict()["assumptions"]["calibration_warnings"] == [] and "Warning:" not in to_markdown(plain)
+
+
 def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -78,7 +78,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     from planner.catalog.gpus import get_gpu
     from planner.catalog.presets import get_model
     from planner.scenario import Scenario
-    from planner.sim.cost_model import load_params
+    from planner.sim.calibration import load_params
 
     model, gpu = get_model(args.model), get_gpu(args.gpu)
     if args.price is not None:
@@ -109,4 +109,6 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                         priority=args.priority, cost=load_params(args.calibration))
     if scenario.num_gpu_blocks is not None and scenario.memory.override_warning:
         print(f"warning: {scenario.memory.override_warning}", file=sys.stderr)
+    for warning in scenario.calibration_warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return scenario

@@ -105,11 +105,11 @@ def cmd_calibrate(args) -> None:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
         report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout)
     calibration.save(report, target, scenario)
-    obj = {"path": args.output, "params": report["params"], "mape": report["mape"],
+    obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
            "warnings": report["warnings"]}
-    lines = [f"wrote {args.output}: " + ", ".join(f"{k}={v:.4g}" for k, v in report["params"].items())
-             + f"; MAPE {report['mape']:.2%}"]
+    lines = [f"wrote {args.output}: " + ", ".join(f"{k}={report['params'][k]:.4g}" for k in report["fitted"])
+             + f" (the rest as the scenario gives them); MAPE {report['mape']:.2%}"]
     for split in ("in_sample", "held_out"):
         if split in report:
             obj[split] = report[split]

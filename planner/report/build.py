@@ -65,7 +65,8 @@ class Report:
         """What the figures rest on: cost model, model config, GPU, engine settings and a rebuilding command."""
         s = self.scenario
         model = {k: v for k, v in asdict(s.model).items() if v is not None and not k.startswith("help")}
-        return {"cost_model": s.cost.resolved(s).as_dict(), "model_config": model,
+        return {"cost_model": s.cost.resolved(s).as_dict(), "calibration_warnings": list(s.calibration_warnings),
+                "model_config": model,
                 "gpu": {k: v for k, v in asdict(s.gpu).items() if not k.startswith("help")},
                 "engine_defaults": self.simulation.settings if self.simulation else None,
                 "reproduce": reproduce_command(self.trace["trace_id"], s, self.options)}

@@ -166,6 +166,7 @@ def to_html(report: Report, svgs: dict[str, str]) -> str:
             if name in svgs:
                 parts.append(f"<figure>{_image(name, svgs[name])}<figcaption>{e(name)}</figcaption></figure>")
         if key == "assumptions":
+            parts += [f"<p><b>Warning:</b> {e(w)}</p>" for w in report.assumptions["calibration_warnings"]]
             parts.append(f"<p>Reproduce:</p><pre>{e(report.assumptions['reproduce'])}</pre>")
             parts.append("<pre>" + e(_facts(report)) + "</pre>")
         parts.append("</section>")
@@ -203,6 +204,8 @@ def to_markdown(report: Report) -> str:
         if charts:
             lines += [f"Charts in the HTML twin: {', '.join(md(c) for c in charts)}.", ""]
         if key == "assumptions":
+            for warning in report.assumptions["calibration_warnings"]:
+                lines += [f"**Warning:** {md(warning)}", ""]
             lines += ["```bash", report.assumptions["reproduce"].replace("```", "'''"), "```", "", "```json",
                       _facts(report).replace("```", "'''"), "```", ""]
     return "\n".join(lines)

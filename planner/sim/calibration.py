@@ -4,6 +4,9 @@ Iterations (a CSV of ``prefill_tokens, prefill_count, decode_count, decode_conte
 batch of ``prefill_count`` prompts of ``prefill_tokens`` each, or a decode batch) are fitted by least squares on
 relative error. A trace with measured TTFT and TPOT is fitted by replaying it through the simulator and matching
 each request's TTFT and TPOT (log error), so queueing and batching are accounted for, not assumed away.
+
+The calibration file (:func:`save` writes it, :func:`load_params` reads it for ``--calibration``) holds the fitted
+parameters and the server they were measured on; the rest stay unset, so they follow the server it is applied to.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from scipy import optimize
 
 from planner.errors import PlannerError, first_line
 from planner.output_files import write_atomically
-from planner.sim.cost_model import MAX_STEP_SEQUENCES, CostParams, batch_aggregates, coefficients, step_seconds
+from planner.sim.cost_model import (MAX_STEP_SEQUENCES, CostParams, FittedOn, batch_aggregates, coefficients,
+                                   step_seconds)
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -98,9 +102,9 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     lo, hi = zip(*(_BOUNDS[k] for k in _POINT_PARAMS), strict=True)
     x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
     fit = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
-    params = _with(start, _POINT_PARAMS, fit.x)
+    params = _with(scenario.cost, _POINT_PARAMS, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
-    report = _report(params, measured, predicted, "iterations")
+    report = _report(params, _POINT_PARAMS, measured, predicted, "iterations")
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * _NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
     report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
@@ -225,7 +229,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
         x0 = np.log(np.clip([getattr(start, k) for k in _TRACE_PARAMS], lo, hi))
         fit = optimize.minimize(loss, x0, method="Nelder-Mead",
                                 options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
-        return float(fit.fun), _with(start, _TRACE_PARAMS, np.clip(np.exp(fit.x), lo, hi))
+        return float(fit.fun), _with(scenario.cost, _TRACE_PARAMS, np.clip(np.exp(fit.x), lo, hi))
 
     blocks = scenario.settings.num_blocks
     pools = [scenario.replace(num_gpu_blocks=max(1, int(blocks * f))) if f != 1.0 else scenario
@@ -237,20 +241,49 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
     measured = np.concatenate([want for _, want in targets]) * 1e3
     predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
-    report = _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
+    report = _report(params, _TRACE_PARAMS, measured, predicted, "trace TTFT/TPOT quantiles")
     report["num_blocks"] = pool.settings.num_blocks
     return report
 
 
-def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:
+def _report(params: CostParams, fitted: tuple[str, ...], measured: np.ndarray, predicted: np.ndarray,
+            source: str) -> dict:
     rel = predicted / measured - 1
-    return {"params": {k: v for k, v in params.as_dict().items() if k != "source"}, "source": source,
+    # what the scenario left to its GPU and engine (None) stays so, and follows the server the file is applied to
+    return {"params": {k: v for k, v in params.as_dict().items() if k not in ("source", "fitted_on")},
+            "fitted": list(fitted), "source": source,
             "mape": float(np.mean(np.abs(rel))), "max_abs_error": float(np.max(np.abs(rel))),
             "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
                           for m, p, r in zip(measured, predicted, rel, strict=True)]}
 
 
+def load_params(path: str | Path | None) -> CostParams:
+    """Cost parameters from a calibration file (``calibrate -o FILE``), or the defaults."""
+    if path is None:
+        return CostParams()
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PlannerError(f"--calibration {path}: cannot read it ({exc.strerror})") from None
+    return params_from_json(text, Path(path).name)
+
+
+def params_from_json(text: str, name: str) -> CostParams:
+    """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
+    where a scenario takes them."""
+    try:
+        data = json.loads(text)
+        on = None
+        if "model" in data:           # where it was fitted (files before the engine was recorded lack it)
+            on = FittedOn(str(data["model"]), str(data["gpu"]), int(data["tp"]), data.get("engine"),
+                          tuple(data.get("fitted", ())))
+        return CostParams(**{**data["params"], "source": f"calibrated ({name})", "fitted_on": on})
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
+
+
 def save(report: dict, path: str | Path, scenario: Scenario) -> None:
     """Write the calibration file ``--calibration`` reads."""
-    body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, **report}
+    body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
+            **report}
     write_atomically(Path(path), json.dumps(body, indent=2))

@@ -11,10 +11,8 @@ cache the batch reads. Defaults and their sources:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numba
@@ -31,6 +29,29 @@ if TYPE_CHECKING:
 # one host<->device copy's fixed cost (V0 swaps block by block, layer by layer): performance-models.md §2's ~5-10 µs
 # per-kernel floor, AIConfigurator's 10 µs per p2p copy
 HOST_COPY_LATENCY_S = 10e-6
+
+
+@dataclass(frozen=True)
+class FittedOn:
+    """The server a calibration was measured on: the parameters it fitted are that server's.
+
+    Attributes
+    ----------
+    model, gpu : str
+        Catalog names (a config.json model by the name it was given).
+    tp : int
+        Tensor-parallel degree of the measured server.
+    engine : str or None
+        Its engine; None in calibration files written before it was recorded.
+    fitted : tuple of str
+        The parameters the measurements set; the rest were left to the scenario they are applied to.
+    """
+
+    model: str
+    gpu: str
+    tp: int
+    engine: str | None
+    fitted: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,11 @@ class CostParams:
         ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs. None: the GPU's
         (:attr:`planner.catalog.gpus.GPU.roofline_p`: 2; H100 SXM 4 and H200 64, whose measured GEMMs stay
         memory-bound further).
+    source : str
+        Where the values come from (defaults, or the calibration file).
+    fitted_on : FittedOn or None
+        The server a calibration measured; None for the defaults. Applied to another server, the parameters are
+        used as they are, and :meth:`transfer_warnings` says what does not carry over.
     """
 
     mfu: float | None = None
@@ -91,9 +117,39 @@ class CostParams:
     piecewise_layer_s: float = 16e-6
     frontend_s: float = 6e-3
     source: str = "defaults (reference/performance-models.md)"
+    fitted_on: FittedOn | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def transfer_warnings(self, scenario: Scenario) -> tuple[str, ...]:
+        """What does not carry over when these calibrated parameters are applied to ``scenario``: one sentence per
+        difference between it and the server they were fitted on (GPU, engine, TP, model); none for defaults or
+        for the measured server itself. Take it as :attr:`Scenario.calibration_warnings`."""
+        on = self.fitted_on
+        if on is None:
+            return ()
+        fitted = ", ".join(on.fitted) or "efficiencies and overheads"
+        out = []
+        if on.gpu != scenario.gpu.name:
+            out.append(f"the calibration was fitted on {on.gpu} and is applied to {scenario.gpu.name}: its {fitted} "
+                       "are that GPU's (each GPU family reaches its own share of peak FLOP/s and bandwidth); "
+                       "calibrate on this GPU, or leave --calibration out for this GPU's defaults")
+        if on.engine is not None and on.engine != scenario.engine:
+            out.append(f"the calibration was fitted under {on.engine} and is applied to {scenario.engine}: the "
+                       "engines' runtimes differ in per-step cost (CUDA-graph replay, eager launches, scheduling), "
+                       f"which its {fitted} absorbed; calibrate under this engine")
+        if on.tp != scenario.tp:
+            out.append(f"the calibration was fitted at TP {on.tp} and is applied at TP {scenario.tp}: what tensor "
+                       "parallelism changes (all-reduces, handing each step to the other ranks, narrower GEMMs) "
+                       "was not measured, so those terms are defaults; fitted on six TP 1 iterations, the "
+                       "planner misses DistServe's TP 2 and TP 4 A100 steps by up to a quarter "
+                       "(bench/calibrate_points.py): calibrate on iterations timed at this TP")
+        if on.model != scenario.model.name:
+            out.append(f"the calibration was fitted on {on.model} and is applied to {scenario.model.name}: "
+                       "efficiencies depend on the GEMM shapes and the share of attention, so they carry over "
+                       "only roughly between models")
+        return tuple(out)
 
     def resolved(self, scenario: Scenario) -> CostParams:
         """These parameters with what is left to the GPU and the engine (None) filled in from them."""
@@ -322,23 +378,3 @@ def parse_decode(spec: str) -> tuple[int, int]:
         raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640 (COUNT from 1 to "
                            f"{MAX_STEP_SEQUENCES:,}, CONTEXT at least 1)") from None
 
-
-def load_params(path: str | Path | None) -> CostParams:
-    """Cost parameters from a calibration file (``calibrate -o FILE``), or the defaults."""
-    if path is None:
-        return CostParams()
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PlannerError(f"--calibration {path}: cannot read it ({exc.strerror})") from None
-    return params_from_json(text, Path(path).name)
-
-
-def params_from_json(text: str, name: str) -> CostParams:
-    """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
-    where a scenario takes them."""
-    try:
-        data = json.loads(text)
-        return CostParams(**{**data["params"], "source": f"calibrated ({name})"})
-    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
