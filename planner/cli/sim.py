@@ -118,6 +118,10 @@ def cmd_calibrate(args) -> None:
                          f"{part['median_abs_error']:.1%}, bias {part['bias']:+.1%}; " + ", ".join(
                              f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
                              for r in part["metrics"]))
+    if "cross_validated" in report:
+        cv = obj["cross_validated"] = report["cross_validated"]
+        lines.append(f"cross-validated ({cv['folds']} folds, each row predicted by a fit without it): median "
+                     f"|error| {cv['median_abs_error']:.1%}, worst {cv['worst_abs_error']:.1%}, bias {cv['bias']:+.1%}")
     lines += [f"warning: {w}" for w in report["warnings"]]
     _emit(args, obj, "\n".join(lines))
 

@@ -36,6 +36,8 @@ _BOUNDS = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "step_overhead_s": (0.0, 0.05
 HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are predicted, not fitted
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 _NUDGE, _WEAK = 0.1, 0.01
+CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
+_OVERFIT = 2.0           # cross-validated median error this many times the in-sample one (and over 5%) is warned of
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
                    ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
 
@@ -88,12 +90,9 @@ def _with(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> Cos
     return replace(params, **{k: float(v) for k, v in zip(names, values, strict=True)})
 
 
-def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
-    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
-    the scenario's cost model; its model, GPU, TP and dtypes are the measured server's."""
+def _solve(scenario: Scenario, aggs: list[tuple[float, ...]], measured: np.ndarray):
+    """The least-squares fit of :data:`_POINT_PARAMS` to these rows, from the scenario's cost model."""
     start = scenario.cost.resolved(scenario)
-    measured = frame["step_ms"].to_numpy()
-    aggs = _aggregates(frame)
 
     def residuals(vec):
         c = coefficients(scenario.replace(cost=_with(start, _POINT_PARAMS, vec))).as_tuple()
@@ -101,7 +100,17 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
 
     lo, hi = zip(*(_BOUNDS[k] for k in _POINT_PARAMS), strict=True)
     x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
-    fit = optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
+    return optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
+
+
+def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
+    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
+    the scenario's cost model; its model, GPU, TP and dtypes are the measured server's. The report adds
+    ``cross_validated``: each row predicted by a fit that did not see it (:data:`CV_FOLDS`), the error to expect
+    on iterations like these but not among them, and a warning when it is far above the in-sample error."""
+    measured = frame["step_ms"].to_numpy()
+    aggs = _aggregates(frame)
+    fit = _solve(scenario, aggs, measured)
     params = _with(scenario.cost, _POINT_PARAMS, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
     report = _report(params, _POINT_PARAMS, measured, predicted, "iterations")
@@ -110,6 +119,28 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
         moves, "step times", "rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small "
         "steps for the overheads)")
+    # rows i, i + k, i + 2k, ... left out together: leave-one-out up to CV_FOLDS rows
+    folds = min(len(aggs), CV_FOLDS)
+    fold = np.arange(len(aggs)) % folds
+    held = np.empty(len(aggs))
+    for k in range(folds):
+        rest = fold != k
+        fitted = _with(scenario.cost, _POINT_PARAMS, _solve(scenario, [a for a, r in zip(aggs, rest) if r],
+                                                            measured[rest]).x)
+        held[~rest] = predict_points(scenario.replace(cost=fitted), frame.filter(pl.Series(~rest)))
+    rel = held / measured - 1
+    cv = {"folds": folds, "median_abs_error": float(np.median(np.abs(rel))),
+          "worst_abs_error": float(np.max(np.abs(rel))), "bias": float(np.median(rel)),
+          "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
+                        for m, p, r in zip(measured, held, rel, strict=True)]}
+    report["cross_validated"] = cv
+    in_sample = float(np.median(np.abs(predicted / measured - 1)))
+    if cv["median_abs_error"] > max(_OVERFIT * in_sample, _WEAK * 5):
+        report["warnings"].append(
+            f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
+            f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
+            "model follows these rows more closely than it predicts others; expect errors of the cross-validated "
+            "size, and add rows nearer the steps you will predict")
     return report
 
 
