@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from pages._calibration import cost_params
 from planner.capacity.memory import VLLM_VERSIONS, Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
@@ -15,8 +16,6 @@ from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
 from planner.errors import PlannerError
 from planner.scenario import Scenario, defaults
-from planner.sim.calibration import params_from_json
-from planner.sim.cost_model import CostParams
 from planner.sim.engines import ENGINES
 
 URL = {"bind": "query-params", "persist_state": "page"}
@@ -75,22 +74,6 @@ def current(search: bool = False):
 
 def _gib(value: float | None) -> int | None:
     return None if value is None else int(round(value * GiB))
-
-
-def _cost_params() -> CostParams:
-    """The cost model: defaults, or a calibration file uploaded in this session (kept across pages)."""
-    upload = st.file_uploader("Cost model calibration (a file `calibrate -o` wrote)", type=["json"],
-                              key="calibration_file")
-    if upload is not None:
-        try:
-            st.session_state["cost_params"] = params_from_json(upload.getvalue().decode("utf-8", "replace"),
-                                                               upload.name)
-        except PlannerError as exc:
-            st.error(str(exc))
-            st.stop()
-    params = st.session_state.get("cost_params", CostParams())
-    st.caption(f"Cost model: {params.source}")
-    return params
 
 
 def scenario() -> Scenario:
@@ -167,7 +150,7 @@ def scenario() -> Scenario:
                                 placeholder="Model loading took 14.99 GiB …\nAvailable KV cache memory: 54.49 GiB …",
                                 help="Fits the overheads (and the GPU's memory) so the plan reproduces this server; "
                                      "kept while you switch pages")
-        cost = _cost_params()
+        cost = cost_params()
     overheads = Overheads(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
                           cudagraph_bytes=_gib(graphs), vllm_version=version,
                           source="entered" if activation or non_torch or graphs else "defaults")

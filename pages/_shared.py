@@ -142,33 +142,38 @@ def pool_edge(trace_id: str, scenario_key: str, workload: dict, holds: bool, _sc
 
 
 @st.cache_resource(show_spinner=False)
-def _recommendations() -> tuple[OrderedDict, threading.Lock]:
+def _kept_results() -> tuple[OrderedDict, threading.Lock]:
     return OrderedDict(), threading.Lock()
 
 
+def kept(key: tuple, compute):
+    """``compute()``, kept per ``key`` for every session (the 16 most recent results). Not ``st.cache_data``: it
+    would record a progress bar's updates and replay them into the page that asks next, which fails when that is
+    another page (Report after Recommend)."""
+    results, lock = _kept_results()
+    with lock:
+        if key in results:
+            results.move_to_end(key)
+            return results[key]
+    out = compute()
+    with lock:
+        results[key] = out
+        while len(results) > 16:
+            results.popitem(last=False)
+    return out
+
+
 def recommendation(trace_id: str, scenario, options, progress=None):
-    """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace, scenario and options for
-    every session (the 16 most recent). Not ``st.cache_data``: it would record the progress bar's updates and
-    replay them into the page that asks next, which fails when that is another page (Report after Recommend)."""
+    """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace, scenario and options."""
     from dataclasses import replace
 
     from planner.recommend.plan import plan_recommendation
     from planner.workload.replay import from_trace
 
     options = replace(options, details=True)
-    key = (trace_id, scenario.key, json.dumps(options.to_dict(), sort_keys=True))
-    results, lock = _recommendations()
-    with lock:
-        if key in results:
-            results.move_to_end(key)
-            return results[key]
-    out = plan_recommendation(from_trace(connection(), trace_id, shared_prefix=options.shared_prefix), scenario,
-                              options, progress=progress)
-    with lock:
-        results[key] = out
-        while len(results) > 16:
-            results.popitem(last=False)
-    return out
+    return kept(("recommend", trace_id, scenario.key, json.dumps(options.to_dict(), sort_keys=True)),
+                 lambda: plan_recommendation(from_trace(connection(), trace_id, shared_prefix=options.shared_prefix),
+                                             scenario, options, progress=progress))
 
 
 def show_table(table, key: str, transpose: bool = False, **kwargs) -> None:

@@ -435,3 +435,42 @@ def test_the_scenario_warns_when_a_calibration_was_fitted_on_another_gpu(tmp_pat
     warned = [w.value for w in at.warning if "The calibration was fitted" in w.value]
     assert len(warned) == 1 and "fitted on a100-80gb-sxm and is applied to h100-sxm" in warned[0]
     assert any("MFU 0.45, MBU 0.7" in c.value for c in at.caption)
+
+
+def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tmp_path, monkeypatch):
+    """The sample carries TTFT and TPOT: the page fits MFU and MBU to its first 70% of arrivals, shows the error
+    on both parts, offers the file, and applies it to the session's scenario on request."""
+    from planner.catalog.gpus import get_gpu
+    from planner.catalog.presets import get_model
+    from planner.scenario import Scenario
+    from planner.sim.calibration import fit_trace_held_out
+    from planner.workload.replay import measured_latencies
+
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "calibrate.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
+    at.query_params["model"], at.query_params["gpu"] = "llama-3-8b", "a100-80gb-sxm"
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    at.button(key="calibrate").click().run()
+    assert not at.exception
+    grid = table_with(at, "part")
+    assert len(grid) == 16 and grid["part"][0] == "in-sample (5,845 requests)"
+    assert grid["part"][15] == "held-out (2,505 requests)"
+    # the same fit the CLI makes, from the planner directly
+    from pages._shared import connection
+    work, ttft, tpot = measured_latencies(connection(), "sample_chat")
+    fit = fit_trace_held_out(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")), work, ttft, tpot)
+    assert grid["predicted_ms"].tolist() == pytest.approx(
+        [r["predicted_ms"] for split in ("in_sample", "held_out") for r in fit[split]["metrics"]])
+    shown = f"MFU {fit['params']['mfu']:.3g}, MBU {fit['params']['mbu']:.3g} (in place of MFU 0.55, MBU 0.8)"
+    assert any(shown in m.value for m in at.markdown)
+    assert [b.label for b in at.get("download_button")] == ["Download the calibration file"]
+    at.button(key="calibration_apply").click().run()
+    assert not at.exception
+    assert any(c.value == "Cost model: calibrated (sample_chat, Simulate page)" for c in at.caption)
+    assert any(f"step costs at MFU {fit['params']['mfu']:.3g}, MBU {fit['params']['mbu']:.3g}," in c.value
+               for c in at.caption)
+    # fitted on this server: nothing to warn of; and the defaults are one click away
+    assert not any("The calibration was fitted" in w.value for w in at.warning)
+    at.button(key="cost_defaults").click().run()
+    assert any(c.value == "Cost model: defaults (reference/performance-models.md)" for c in at.caption)

@@ -103,7 +103,8 @@ def cmd_calibrate(args) -> None:
         workload, ttft, tpot = measured_latencies(store.open_store(args.db), args.trace)
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
-        report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout)
+        report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout,
+                                                progress=_progress_printer(not args.json))
     calibration.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],

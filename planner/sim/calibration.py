@@ -26,6 +26,8 @@ from planner.sim.cost_model import (MAX_STEP_SEQUENCES, CostParams, FittedOn, ba
                                    step_seconds)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from planner.scenario import Scenario
 
 POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
@@ -37,6 +39,7 @@ HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are p
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 _NUDGE, _WEAK = 0.1, 0.01
 CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
+_FIT_REPLAYS = 320       # about what fit_trace's search replays on two parameters (the bundled sample: 306)
 _OVERFIT = 2.0           # cross-validated median error this many times the in-sample one (and over 5%) is warned of
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
                    ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
@@ -182,12 +185,14 @@ def latency_errors(predicted_ttft_s: np.ndarray, predicted_tpot_s: np.ndarray, m
 
 
 def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
-                       holdout: float = HOLDOUT_SHARE) -> dict:
+                       holdout: float = HOLDOUT_SHARE, progress: Callable[[float, str], None] | None = None) -> dict:
     """:func:`fit_trace` on the first ``1 − holdout`` of the trace's arrivals, then the whole trace replayed with
     the fitted parameters: per-metric error and bias on the requests fitted (in-sample) and on the later ones
     (held out, predicted from a replay that carries on from the fitted part), and a warning per parameter the
-    fitted part hardly constrains."""
+    fitted part hardly constrains. ``progress(fraction, message)`` hears of each replay."""
     from planner.sim.run import simulate
+
+    say = progress or (lambda fraction, message: None)
 
     n = workload.n
     fitted_n = int(round(n * (1 - holdout)))
@@ -196,8 +201,10 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
                            "each side")
     head = np.arange(n) < fitted_n
     part = workload.subset(head)
-    report = fit_trace(scenario, part, ttft_s[head], tpot_s[head])
+    report = fit_trace(scenario, part, ttft_s[head], tpot_s[head],
+                       progress=lambda fraction, message: say(0.9 * fraction, message))
     params = CostParams(**{**report["params"], "source": "calibrated"})
+    say(0.9, "replaying the whole trace with the fitted parameters")
     result = simulate(workload, scenario.replace(cost=params))
     for name, keep in (("in_sample", head), ("held_out", ~head)):
         rows = latency_errors(result.ttft_s[keep], result.tpot_s[keep], ttft_s[keep], tpot_s[keep])
@@ -205,6 +212,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         report[name] = {"requests": int(keep.sum()), "metrics": rows,
                         "median_abs_error": float(np.median(np.abs(errors))) if errors else None,
                         "bias": float(np.median(errors)) if errors else None}
+    say(0.94, "probing how firmly the fitted part pins each parameter")
     base = _trace_quantiles(simulate(part, scenario.replace(cost=params)))
     moves = {}
     for name in _TRACE_PARAMS:
@@ -217,6 +225,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
         "decode-bound steps for mbu), or timed iterations (--points)")
     report["holdout"] = holdout
+    say(1.0, f"calibrated on {fitted_n:,} requests, {n - fitted_n:,} held out")
     return report
 
 
@@ -226,7 +235,7 @@ def _trace_quantiles(result) -> np.ndarray:
 
 
 def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
-              blocks_factors: tuple[float, ...] = (1.0,)) -> dict:
+              blocks_factors: tuple[float, ...] = (1.0,), progress: Callable[[float, str], None] | None = None) -> dict:
     """Fit MFU and MBU so the simulated replay of the trace in ``scenario`` (the measured server's engine, limits
     and memory) reproduces the trace's TTFT and TPOT distributions.
 
@@ -236,6 +245,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     MBU (timed iterations can: :func:`fit_points`). ``blocks_factors`` profiles the KV block pool too (each factor
     scales the scenario's block count; the best fit wins): worth it when the server's startup log is missing and
     the trace reaches loads where KV capacity binds. The chosen pool is returned as ``num_blocks``.
+    ``progress(fraction, message)`` hears of each replay (a fit takes ~300 on two parameters).
     """
     from planner.sim.run import simulate
 
@@ -252,6 +262,8 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
         # more than full compute or bandwidth ends exactly on the bound (which the report then warns of), where
         # a penalty wall left it anywhere near one
         def loss(log_vec):
+            replays[0] += 1
+            say(min(replays[0] / (_FIT_REPLAYS * len(pools)), 0.99), f"fitting MFU and MBU: replay {replays[0]:,}")
             values = np.clip(np.exp(log_vec), lo, hi)
             result = simulate(workload, pool.replace(cost=_with(start, _TRACE_PARAMS, values)))
             got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
@@ -262,6 +274,8 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
                                 options={"xatol": 1e-5, "fatol": 1e-12, "maxiter": 800})
         return float(fit.fun), _with(scenario.cost, _TRACE_PARAMS, np.clip(np.exp(fit.x), lo, hi))
 
+    say = progress or (lambda fraction, message: None)
+    replays = [0]
     blocks = scenario.settings.num_blocks
     pools = [scenario.replace(num_gpu_blocks=max(1, int(blocks * f))) if f != 1.0 else scenario
              for f in blocks_factors]
@@ -313,8 +327,14 @@ def params_from_json(text: str, name: str) -> CostParams:
         raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
 
 
-def save(report: dict, path: str | Path, scenario: Scenario) -> None:
-    """Write the calibration file ``--calibration`` reads."""
+def file_text(report: dict, scenario: Scenario) -> str:
+    """The calibration file ``--calibration`` reads (and the pages take as an upload): the report of a fit and
+    the server it measured."""
     body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
             **report}
-    write_atomically(Path(path), json.dumps(body, indent=2))
+    return json.dumps(body, indent=2)
+
+
+def save(report: dict, path: str | Path, scenario: Scenario) -> None:
+    """Write the calibration file ``--calibration`` reads."""
+    write_atomically(Path(path), file_text(report, scenario))

@@ -106,3 +106,28 @@ def test_recommend_page_renders_the_table_commands_and_charts(page, server):
     expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
     assert "slos=chat" in page.url
     assert not errors, errors
+
+
+def test_a_calibration_from_another_gpu_is_applied_with_a_warning_and_can_be_dropped(page, server):
+    calibration = (b'{"model": "llama-3-8b", "gpu": "a100-80gb-sxm", "tp": 1, "engine": "vllm-v1", '
+                   b'"fitted": ["mfu", "mbu"], "params": {"mfu": 0.45, "mbu": 0.7}}')
+    page.goto(server + "/memory?model=llama-3-8b&gpu=h100-sxm")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    page.get_by_text("Memory overheads, startup log and cost model").click()
+    page.get_by_test_id("stFileUploaderDropzoneInput").set_input_files(
+        files=[{"name": "a100.json", "mimeType": "application/json", "buffer": calibration}])
+    expect(page.get_by_text("Cost model: calibrated (a100.json)")).to_be_visible(timeout=60_000)
+    warning = page.get_by_test_id("stAlertContentWarning").filter(has_text="The calibration was fitted on")
+    expect(warning).to_contain_text("fitted on a100-80gb-sxm and is applied to h100-sxm", timeout=60_000)
+    expect(page.get_by_text("step costs at MFU 0.45, MBU 0.7,")).to_be_visible()
+    # back to the defaults: the file still sits in the uploader, and is not applied again on the next run
+    page.get_by_role("button", name="Use the defaults").click()
+    expect(page.get_by_text("Cost model: defaults (reference/performance-models.md)")).to_be_visible(timeout=60_000)
+    expect(warning).to_have_count(0)
+    expect(page.get_by_text("step costs at MFU 0.55, MBU 0.8,")).to_be_visible()
+    # another run of the page (the scenario changed): still the defaults
+    page.get_by_test_id("stNumberInputStepUp").first.click()
+    page.wait_for_function("() => window.location.search.includes('util=0.91')", timeout=30_000)
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(page.get_by_text("Cost model: defaults (reference/performance-models.md)")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("step costs at MFU 0.55, MBU 0.8,")).to_be_visible()

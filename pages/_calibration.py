@@ -1,0 +1,74 @@
+"""Calibration on the pages: the cost model a session uses (an uploaded file, a fit to the trace, or the
+defaults) and the Simulate page's fit to a trace's own latencies."""
+
+import streamlit as st
+
+from pages._shared import connection, kept, show_table
+from planner.errors import PlannerError
+from planner.sim.calibration import file_text, params_from_json
+from planner.sim.cost_model import CostParams
+
+
+def cost_params() -> CostParams:
+    """The cost model: defaults, a calibration file uploaded in this session, or one the Simulate page fitted to
+    the trace (kept across pages, until another replaces it or the defaults are asked for)."""
+    upload = st.file_uploader("Cost model calibration (a file `calibrate -o` wrote)", type=["json"],
+                              key="calibration_file")
+    # an upload applies once: a calibration fitted later on the Simulate page is not overwritten on the next run
+    if upload is not None and st.session_state.get("calibration_upload") != upload.file_id:
+        try:
+            st.session_state["cost_params"] = params_from_json(upload.getvalue().decode("utf-8", "replace"),
+                                                               upload.name)
+        except PlannerError as exc:
+            st.error(str(exc))
+            st.stop()
+        st.session_state["calibration_upload"] = upload.file_id
+    params = st.session_state.get("cost_params", CostParams())
+    c = st.columns([4, 1])
+    if params != CostParams() and c[1].button("Use the defaults", key="cost_defaults"):
+        params = st.session_state["cost_params"] = CostParams()
+    c[0].caption(f"Cost model: {params.source}")
+    return params
+
+
+def trace_calibration(trace_id: str, scenario, progress=None) -> dict:
+    """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario``
+    (:func:`planner.sim.calibration.fit_trace_held_out`), kept per trace and scenario."""
+    from planner.sim.calibration import fit_trace_held_out
+    from planner.workload.replay import measured_latencies
+
+    def fit() -> dict:
+        workload, ttft, tpot = measured_latencies(connection(), trace_id)
+        return fit_trace_held_out(scenario, workload, ttft, tpot, progress=progress)
+    return kept(("calibrate", trace_id, scenario.key), fit)
+
+
+def calibration_section(info, s) -> None:
+    """The fit to the trace's own latencies: fitted values, error and bias on the part fitted and the part held
+    out, warnings, and the file to download or apply to this session."""
+    bar = st.progress(0.0, text="calibrating…")
+    try:
+        report = trace_calibration(info.trace_id, s, lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+    except PlannerError as exc:
+        bar.empty()
+        st.error(str(exc))
+        return
+    bar.empty()
+    fitted = ", ".join(f"{k.upper()} {report['params'][k]:.3g}" for k in report["fitted"])
+    st.markdown(f"**Calibrated on this trace:** {fitted} (in place of "
+                f"{', '.join(f'{k.upper()} {getattr(s.cost.resolved(s), k):.3g}' for k in report['fitted'])})")
+    show_table([{"part": f"{split.replace('_', '-')} ({report[split]['requests']:,} requests)", **row}
+                for split in ("in_sample", "held_out") for row in report[split]["metrics"]], "calibration_errors")
+    st.caption(" · ".join(f"{split.replace('_', '-')}: median |error| {report[split]['median_abs_error']:.1%}, "
+                          f"bias {report[split]['bias']:+.1%}" for split in ("in_sample", "held_out")
+                          if report[split]["median_abs_error"] is not None))
+    for warning in report["warnings"]:
+        st.warning(warning[0].upper() + warning[1:])
+    text = file_text(report, s)
+    c = st.columns(2)
+    c[0].download_button("Download the calibration file", text, file_name=f"calibration-{info.name}.json",
+                         mime="application/json", key="calibration_download",
+                         help="--calibration FILE on step, simulate, recommend and report")
+    if c[1].button("Use it for this session", key="calibration_apply"):
+        st.session_state["cost_params"] = params_from_json(text, f"{info.name}, Simulate page")
+        st.rerun()
