@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
-from planner.sim.calibration import POINT_COLUMNS, fit_points, predict_points  # noqa: E402
-from planner.sim.cost_model import CostParams, FittedOn  # noqa: E402
+from planner.sim.calibration import (POINT_COLUMNS, file_text, fit_points, params_from_json,  # noqa: E402
+                                     predict_points)
+from planner.sim.cost_model import CostParams  # noqa: E402
 
 PROFILE = json.loads((Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100" /
                       "profiler-a100-80g.vllm.json").read_text())
@@ -83,9 +84,10 @@ def six_fit(hf_id: str, preset: str, tp: int) -> dict:
 
 
 def main() -> None:
-    fit = six_fit(*FITTED[0])
-    calibrated = CostParams(**{**fit["params"], "source": "six OPT-13B TP1 iterations"},
-                            fitted_on=FittedOn("opt-13b", "a100-80gb-sxm", 1, "vllm-v0", tuple(fit["fitted"])))
+    hf_id, preset, tp = FITTED[0]
+    fit = six_fit(hf_id, preset, tp)
+    # as `calibrate -o FILE` writes it and `--calibration FILE` reads it: with the server it was measured on
+    calibrated = params_from_json(file_text(fit, scenario(preset, tp)), "six OPT-13B TP1 iterations")
     print("calibrated on six OPT-13B TP1 iterations:", {k: round(fit["params"][k], 6) for k in fit["fitted"]},
           f"(in-sample MAPE {fit['mape']:.1%})")
     for warning in fit["warnings"]:

@@ -109,12 +109,12 @@ def main() -> None:
     for p, label in ((64.0, "trace+KV, ideal roofline max"), (1.0, "trace+KV, additive roofline")):
         knee = fit_trace(settings(CostParams(roofline_p=p)), work, ttft, tpot, blocks_factors=pools)
         rows += compare(CostParams(**knee["params"]), label, knee["num_blocks"])
-        print(f"{label}: training loss {knee['mape']:.3f}, params", {k: round(v, 4) for k, v in knee["params"].items()})
+        print(f"{label}: training loss {knee['mape']:.3f}, params", {k: round(knee["params"][k], 4) for k in knee["fitted"]})
     table = pl.DataFrame(rows)
     with pl.Config(tbl_rows=200, tbl_width_chars=160, float_precision=3):
         print(table)
-    print("trace-calibrated params:", {k: round(v, 6) for k, v in fitted["params"].items()})
-    print("trace+KV-calibrated params:", {k: round(v, 6) for k, v in with_pool["params"].items()},
+    print("trace-calibrated params:", {k: round(fitted["params"][k], 6) for k in fitted["fitted"]})
+    print("trace+KV-calibrated params:", {k: round(with_pool["params"][k], 6) for k in with_pool["fitted"]},
           f"KV blocks {with_pool['num_blocks']:,} (memory plan: {settings().settings.num_blocks:,})")
     print("iteration-calibrated params:", {k: round(getattr(from_iterations, k), 6)
                                            for k in ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")})

@@ -6,6 +6,7 @@ from pages._scenario import current
 from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
 from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
+from planner.recommend.plan import searched_calibration_warnings
 from planner.recommend.table import class_table, fleet_table
 
 require_frame()
@@ -14,6 +15,9 @@ info = selected_trace()
 if info is None or not info.has_timestamps:
     st.info("Select a trace with timestamps in the sidebar: recommendations replay its arrivals.")
     st.stop()
+for warning in searched_calibration_warnings(s, options):
+    if warning not in s.calibration_warnings:        # the scenario's own are shown above it
+        st.warning(warning[0].upper() + warning[1:])
 bar = st.progress(0.0, text="searching…")
 try:
     out = recommendation(info.trace_id, s, options, lambda f, msg: bar.progress(min(f, 1.0), text=msg))

@@ -2,9 +2,9 @@
 
 import streamlit as st
 
+from pages._calibration import calibration_section
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
-from pages._calibration import calibration_section
 from pages._shared import (measured_latency, pool_edge, require_frame, selected_trace, show_rejections, show_table,
                            simulation)
 from planner.charts import sim as sim_charts
@@ -13,8 +13,6 @@ from planner.sim.calibration import HOLDOUT_SHARE, latency_errors
 from planner.sim.engines import get_engine
 from planner.sim.routers import ROUTERS
 from planner.sim.run import default_router
-
-
 
 require_frame()
 s, _ = current()
@@ -84,10 +82,14 @@ if measured is not None:
     show_table(latency_errors(ttft, tpot, *measured), "sim_vs_measured")
     st.caption("error = predicted / measured − 1. Far off? Calibrate: MFU and MBU are fitted to the first "
                f"{1 - HOLDOUT_SHARE:.0%} of the trace's arrivals, and the rest is predicted (`calibrate --trace`).")
-    if st.button("Calibrate the cost model to these latencies", key="calibrate"):
-        st.session_state["calibrate_for"] = (info.trace_id, s.key)
-    if st.session_state.get("calibrate_for") == (info.trace_id, s.key):
-        calibration_section(info, s)
+    if int(replicas) > 1 or choice["prefix"]:
+        st.caption("Calibration fits one server to the trace as stored: set Replicas to 1 and clear the declared "
+                   "shared prefix to calibrate.")
+    else:
+        if st.button("Calibrate the cost model to these latencies", key="calibrate"):
+            st.session_state["calibrate_for"] = (info.trace_id, s.key)
+        if st.session_state.get("calibrate_for") == (info.trace_id, s.key):
+            calibration_section(info, s)
 c1, c2 = st.columns(2)
 c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": predicted and measured" if measured
                                                                             else ""), measured), key="sim_cdf")

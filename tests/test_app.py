@@ -451,6 +451,11 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     at.query_params["model"], at.query_params["gpu"] = "llama-3-8b", "a100-80gb-sxm"
     at.run()
     at.switch_page("pages/simulate.py").run()
+    # a fleet's replay is not what the fit replays (one server, the trace as stored): no button, and why
+    at.number_input(key="replicas").set_value(2).run()
+    assert not [b for b in at.button if b.key == "calibrate"]
+    assert any(c.value.startswith("Calibration fits one server to the trace as stored") for c in at.caption)
+    at.number_input(key="replicas").set_value(1).run()
     at.button(key="calibrate").click().run()
     assert not at.exception
     grid = table_with(at, "part")

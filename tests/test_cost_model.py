@@ -199,17 +199,42 @@ def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transf
     same = run_cli("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "64x2048",
                    "--calibration", str(out), "--json", db=db)
     assert "warning" not in same.stderr
-    # another model on the measured GPU: only that; a file from before the engine and fitted names were recorded
-    # names no engine and says "efficiencies and overheads"
-    old = {k: v for k, v in body.items() if k not in ("engine", "fitted")}
+    assert obj["resolved"]["roofline_p"] == 2.0 and obj["resolved"]["tp_step_overhead_s"] == 0.0   # on the A100, V1
+    # a file the code before the fitted names wrote: no engine, no "fitted", and the measured server's knee,
+    # all-reduce floor and (here V0's) TP hand-over frozen in; they are released, and what it fitted is inferred
+    old = {**{k: v for k, v in body.items() if k not in ("engine", "fitted")},
+           "params": {**body["params"], "roofline_p": 2.0, "allreduce_latency_s": 2.5e-05, "tp_step_overhead_s": 7e-3}}
     params = params_from_json(json.dumps(old), "old.json")
-    assert params.fitted_on.engine is None
+    assert params.fitted_on.engine is None and params.fitted_on.fitted == tuple(obj["fitted"])
+    assert (params.roofline_p, params.allreduce_latency_s, params.tp_step_overhead_s) == (None, None, None)
+    assert S(tp=2, cost=params).coefficients.step_overhead_s == pytest.approx(fitted["step_overhead_s"])
+    # another model and TP: both said, the engine not (unknown)
     warned = S(LLAMA70, tp=4, engine="vllm-v0", cost=params).calibration_warnings
-    assert len(warned) == 2 and "efficiencies and overheads" not in warned[0]
-    assert warned[0].startswith("the calibration was fitted at TP 1 and is applied at TP 4")
+    assert len(warned) == 2 and warned[0].startswith("the calibration was fitted at TP 1 and is applied at TP 4")
     assert "fitted on llama-3-8b and is applied to llama-3-70b" in warned[1]
-    assert "efficiencies and overheads" in S(gpu=get_gpu("l40s"), cost=params).calibration_warnings[0]
+    # a hand-written file keeps what it sets, and says nothing of a server it does not name
+    hand = params_from_json(json.dumps({"params": {"mfu": 0.5, "roofline_p": 3.0}}), "hand.json")
+    assert hand.roofline_p == 3.0 and hand.fitted_on is None and S(cost=hand).calibration_warnings == ()
+    named = params_from_json(json.dumps({"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "params": {}}), "n.json")
+    assert "its efficiencies and overheads are that GPU's" in S(cost=named).calibration_warnings[0]
+    with pytest.raises(PlannerError, match="'fitted' must list parameter names"):
+        params_from_json(json.dumps({**body, "fitted": "mfu"}), "bad.json")
     assert S().calibration_warnings == () and S(cost=CostParams(mfu=0.3)).calibration_warnings == ()
+    # a fit that starts from another server's calibration says what the new file keeps of it
+    refit = fit_points(S(cost=named), read_points(measured_points(tmp_path / "p.csv")))
+    assert any(w.startswith("the parameters this fit did not set are kept from calibrated (n.json), and the "
+                            "calibration was fitted on h100-sxm") for w in refit["warnings"])
+    # and the TP degrees and GPUs a recommendation searches are each warned of, once; a degree the model cannot
+    # take (3) is skipped
+    from planner.recommend.plan import RecommendOptions, searched_calibration_warnings
+
+    here = S(cost=params)
+    searched = searched_calibration_warnings(here, RecommendOptions(tp_options=(1, 2, 3, 2)), "h100-sxm,l40s=1.0")
+    assert [w[:60] for w in searched] == [
+        "the calibration was fitted at TP 1 and is applied at TP 2: w",
+        "the calibration was fitted on a100-80gb-sxm and is applied t",
+        "the calibration was fitted on a100-80gb-sxm and is applied t"]
+    assert "to h100-sxm" in searched[1] and "to l40s" in searched[2]
 
 
 def test_calibrate_points_predicts_each_row_from_a_fit_that_did_not_see_it(tmp_path):
@@ -236,6 +261,11 @@ def test_calibrate_points_predicts_each_row_from_a_fit_that_did_not_see_it(tmp_p
     assert round(cv["worst_abs_error"], 3) == 0.195
     assert any(w.startswith("a row the fit did not see is predicted at 7.3% median error") for w in report["warnings"])
     assert not any(w.startswith("a row the fit did not see") for w in exact["warnings"])
+    # four rows leave three to fit four parameters in each fold: no cross-validation, and the report says so
+    four = fit_points(server, six[:4])
+    assert four["cross_validated"] is None
+    assert any(w.startswith("4 rows are too few to predict any of them") for w in four["warnings"])
+    assert fit_points(server, six[:5])["cross_validated"]["folds"] == 5
 
 
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
@@ -90,6 +92,7 @@ def _ms(value: float | None, digits: int) -> str:
 
 def cmd_calibrate(args) -> None:
     from planner.sim import calibration
+    from planner.sim.cost_model import CostParams
 
     if bool(args.points) == bool(args.trace):
         raise PlannerError("give exactly one of --points CSV or --trace TRACE")
@@ -119,7 +122,10 @@ def cmd_calibrate(args) -> None:
                          f"{part['median_abs_error']:.1%}, bias {part['bias']:+.1%}; " + ", ".join(
                              f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
                              for r in part["metrics"]))
-    if "cross_validated" in report:
+    # the parameters as they apply on this server (what the file leaves to the GPU and engine, filled in)
+    obj["resolved"] = {k: v for k, v in CostParams(**report["params"]).resolved(scenario).as_dict().items()
+                       if k not in ("source", "fitted_on")}
+    if report.get("cross_validated"):
         cv = obj["cross_validated"] = report["cross_validated"]
         lines.append(f"cross-validated ({cv['folds']} folds, each row predicted by a fit without it): median "
                      f"|error| {cv['median_abs_error']:.1%}, worst {cv['worst_abs_error']:.1%}, bias {cv['bias']:+.1%}")
@@ -136,7 +142,7 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def recommend_inputs(args):
     """``(Scenario, RecommendOptions)`` from the flags :func:`add_recommend_flags` registers."""
-    from planner.recommend.plan import RecommendOptions
+    from planner.recommend.plan import RecommendOptions, searched_calibration_warnings
 
     options = RecommendOptions(
         slos=tuple(args.slo or ()), headroom=args.headroom,
@@ -144,7 +150,12 @@ def recommend_inputs(args):
         max_new_tokens_options=tuple(args.max_new_tokens_options.split(",")) if args.max_new_tokens_options else (),
         details=getattr(args, "details", True), router=args.router, shared_prefix=args.shared_prefix,
         **{k: getattr(args, k) for k in ("max_queue_s", "resamples", "growth") if getattr(args, k) is not None})
-    return scenario_from_args(args), options
+    scenario = scenario_from_args(args)
+    # the TP degrees and GPUs searched besides the scenario's own (whose warnings are printed already)
+    for warning in searched_calibration_warnings(scenario, options, getattr(args, "gpu_options", None) or ""):
+        if warning not in scenario.calibration_warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    return scenario, options
 
 
 def executor_from_args(args):

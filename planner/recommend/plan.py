@@ -96,6 +96,26 @@ class RecommendOptions:
         return asdict(self)
 
 
+def searched_calibration_warnings(scenario: Scenario, options: RecommendOptions,
+                                  gpu_options: str = "") -> tuple[str, ...]:
+    """What a calibration fitted on another server leaves unmeasured on each server the search prices: the
+    scenario itself, at each TP of ``options.tp_options`` and on each GPU of ``gpu_options`` (``--gpu-options``),
+    each warning once (:attr:`planner.scenario.Scenario.calibration_warnings`)."""
+    from planner.catalog.gpus import get_gpu
+    from planner.recommend.costs import parse_gpu_options
+
+    out: list[str] = list(scenario.calibration_warnings)
+    changes = [{"tp": tp} for tp in options.tp_options]
+    changes += [{"gpu": get_gpu(name)} for name, _ in (parse_gpu_options(gpu_options) if gpu_options else ())]
+    for change in changes:
+        try:
+            warnings = scenario.replace(**change).calibration_warnings
+        except PlannerError:            # a degree the model cannot take: the search reports it as skipped
+            continue
+        out += [w for w in warnings if w not in out]
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """Every class's recommendation for one trace and scenario: the ``recommend --json`` object's body."""

@@ -19,7 +19,8 @@ from planner.charts import sim as sim_charts
 from planner.charts import workload as charts
 from planner.errors import PlannerError
 from planner.jsonable import clean
-from planner.recommend.plan import Recommendation, RecommendOptions, plan_recommendation
+from planner.recommend.plan import (Recommendation, RecommendOptions, plan_recommendation,
+                                    searched_calibration_warnings)
 from planner.recommend.search import ClassRecommendation
 from planner.scenario import Scenario
 from planner.sim.cost_model import CostParams
@@ -65,7 +66,8 @@ class Report:
         """What the figures rest on: cost model, model config, GPU, engine settings and a rebuilding command."""
         s = self.scenario
         model = {k: v for k, v in asdict(s.model).items() if v is not None and not k.startswith("help")}
-        return {"cost_model": s.cost.resolved(s).as_dict(), "calibration_warnings": list(s.calibration_warnings),
+        return {"cost_model": s.cost.resolved(s).as_dict(),
+                "calibration_warnings": list(searched_calibration_warnings(s, self.options)),
                 "model_config": model,
                 "gpu": {k: v for k, v in asdict(s.gpu).items() if not k.startswith("help")},
                 "engine_defaults": self.simulation.settings if self.simulation else None,

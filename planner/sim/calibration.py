@@ -39,6 +39,10 @@ HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are p
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 _NUDGE, _WEAK = 0.1, 0.01
 CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
+# what each fit's report names as its source, and the parameters it fits (calibration files before the fitted
+# names were recorded are read by it); the parameters a scenario leaves to its GPU and engine (None)
+_FIT_SOURCES = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": _TRACE_PARAMS}
+_LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
 _FIT_REPLAYS = 320       # about what fit_trace's search replays on two parameters (the bundled sample: 306)
 _OVERFIT = 2.0           # cross-validated median error this many times the in-sample one (and over 5%) is warned of
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
@@ -122,8 +126,29 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
         moves, "step times", "rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small "
         "steps for the overheads)")
-    # rows i, i + k, i + 2k, ... left out together: leave-one-out up to CV_FOLDS rows
+    report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured)
+    cv = report["cross_validated"]
+    in_sample = float(np.median(np.abs(predicted / measured - 1)))
+    if cv is None:
+        report["warnings"].append(f"{len(aggs)} rows are too few to predict any of them from a fit without it "
+                                  f"({len(_POINT_PARAMS)} parameters need at least {len(_POINT_PARAMS) + 1} rows): "
+                                  "its error off these rows is unknown")
+    elif cv["median_abs_error"] > max(_OVERFIT * in_sample, _WEAK * 5):
+        report["warnings"].append(
+            f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
+            f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
+            "model follows these rows more closely than it predicts others; expect errors of the cross-validated "
+            "size, and add rows nearer the steps you will predict")
+    report["warnings"] += _inherited(scenario)
+    return report
+
+
+def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measured: np.ndarray) -> dict | None:
+    """Each row predicted by a fit on the others (rows i, i + k, i + 2k, ... left out together: leave-one-out up
+    to :data:`CV_FOLDS` rows); None where a fold would leave fewer rows than parameters."""
     folds = min(len(aggs), CV_FOLDS)
+    if len(aggs) - -(-len(aggs) // folds) < len(_POINT_PARAMS):
+        return None
     fold = np.arange(len(aggs)) % folds
     held = np.empty(len(aggs))
     for k in range(folds):
@@ -132,19 +157,16 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
                                                             measured[rest]).x)
         held[~rest] = predict_points(scenario.replace(cost=fitted), frame.filter(pl.Series(~rest)))
     rel = held / measured - 1
-    cv = {"folds": folds, "median_abs_error": float(np.median(np.abs(rel))),
-          "worst_abs_error": float(np.max(np.abs(rel))), "bias": float(np.median(rel)),
-          "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
-                        for m, p, r in zip(measured, held, rel, strict=True)]}
-    report["cross_validated"] = cv
-    in_sample = float(np.median(np.abs(predicted / measured - 1)))
-    if cv["median_abs_error"] > max(_OVERFIT * in_sample, _WEAK * 5):
-        report["warnings"].append(
-            f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
-            f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
-            "model follows these rows more closely than it predicts others; expect errors of the cross-validated "
-            "size, and add rows nearer the steps you will predict")
-    return report
+    return {"folds": folds, "median_abs_error": float(np.median(np.abs(rel))),
+            "worst_abs_error": float(np.max(np.abs(rel))), "bias": float(np.median(rel)),
+            "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
+                          for m, p, r in zip(measured, held, rel, strict=True)]}
+
+
+def _inherited(scenario: Scenario) -> list[str]:
+    """Where the fit started from a calibration of another server: what the new file keeps of it unchecked."""
+    return [f"the parameters this fit did not set are kept from {scenario.cost.source}, and {warning}"
+            for warning in scenario.calibration_warnings]
 
 
 def _at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
@@ -223,7 +245,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
     report["warnings"] = _at_bound(params, _TRACE_PARAMS) + _weak(
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
-        "decode-bound steps for mbu), or timed iterations (--points)")
+        "decode-bound steps for mbu), or timed iterations (--points)") + _inherited(scenario)
     report["holdout"] = holdout
     say(1.0, f"calibrated on {fitted_n:,} requests, {n - fitted_n:,} held out")
     return report
@@ -318,11 +340,20 @@ def params_from_json(text: str, name: str) -> CostParams:
     where a scenario takes them."""
     try:
         data = json.loads(text)
+        params = dict(data["params"])
+        fitted = data.get("fitted")
+        if fitted is None and data.get("source") in _FIT_SOURCES:
+            # written before the fitted names were recorded: it froze the measured GPU's and engine's own values
+            # of what it did not fit, which are released to follow the server it is applied to
+            fitted = list(_FIT_SOURCES[data["source"]])
+            params.update(dict.fromkeys(_LEFT_TO_THE_SERVER))
+        if fitted is not None and (not isinstance(fitted, list) or not all(isinstance(f, str) for f in fitted)):
+            raise ValueError(f"'fitted' must list parameter names, not {fitted!r}")
         on = None
-        if "model" in data:           # where it was fitted (files before the engine was recorded lack it)
+        if all(k in data for k in ("model", "gpu", "tp")):
             on = FittedOn(str(data["model"]), str(data["gpu"]), int(data["tp"]), data.get("engine"),
-                          tuple(data.get("fitted", ())))
-        return CostParams(**{**data["params"], "source": f"calibrated ({name})", "fitted_on": on})
+                          tuple(fitted or ()))
+        return CostParams(**{**params, "source": f"calibrated ({name})", "fitted_on": on})
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
         raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
 

@@ -142,9 +142,9 @@ class CostParams:
         if on.tp != scenario.tp:
             out.append(f"the calibration was fitted at TP {on.tp} and is applied at TP {scenario.tp}: what tensor "
                        "parallelism changes (all-reduces, handing each step to the other ranks, narrower GEMMs) "
-                       "was not measured, so those terms are defaults; fitted on six TP 1 iterations, the "
-                       "planner misses DistServe's TP 2 and TP 4 A100 steps by up to a quarter "
-                       "(bench/calibrate_points.py): calibrate on iterations timed at this TP")
+                       "was not measured, so those terms are defaults (calibrated on six TP 1 iterations of "
+                       "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to a quarter: "
+                       "bench/calibrate_points.py); calibrate on iterations or a trace measured at this TP")
         if on.model != scenario.model.name:
             out.append(f"the calibration was fitted on {on.model} and is applied to {scenario.model.name}: "
                        "efficiencies depend on the GEMM shapes and the share of attention, so they carry over "
