@@ -5,8 +5,13 @@ import streamlit as st
 
 from pages._shared import connection, kept, show_table
 from planner.errors import PlannerError
-from planner.sim.calibration import file_text, params_from_json
+from planner.sim.calibration import file_text, fit_trace_held_out, params_from_json
 from planner.sim.cost_model import CostParams
+
+
+def show_warning(sentence: str) -> None:
+    """A calibration warning (a sentence written to follow "warning:", as the CLI prints it), capitalised."""
+    st.warning(sentence[0].upper() + sentence[1:])
 
 
 def cost_params() -> CostParams:
@@ -34,7 +39,6 @@ def cost_params() -> CostParams:
 def trace_calibration(trace_id: str, scenario, progress=None) -> dict:
     """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario``
     (:func:`planner.sim.calibration.fit_trace_held_out`), kept per trace and scenario."""
-    from planner.sim.calibration import fit_trace_held_out
     from planner.workload.replay import measured_latencies
 
     def fit() -> dict:
@@ -63,7 +67,7 @@ def calibration_section(info, s) -> None:
                           f"bias {report[split]['bias']:+.1%}" for split in ("in_sample", "held_out")
                           if report[split]["median_abs_error"] is not None))
     for warning in report["warnings"]:
-        st.warning(warning[0].upper() + warning[1:])
+        show_warning(warning)
     text = file_text(report, s)
     c = st.columns(2)
     c[0].download_button("Download the calibration file", text, file_name=f"calibration-{info.name}.json",

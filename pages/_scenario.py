@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages._calibration import cost_params
+from pages._calibration import cost_params, show_warning
 from planner.capacity.memory import VLLM_VERSIONS, Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
@@ -173,7 +173,7 @@ def scenario() -> Scenario:
                    f"{o.activation_bytes / GiB:.2f} GiB, non-torch {o.non_torch_bytes / GiB:.2f} GiB, CUDA graphs "
                    f"{o.cudagraph_bytes / GiB:.2f} GiB (outside the budget), GPU memory {gpu.memory_gib:.2f} GiB.")
     for warning in out.calibration_warnings:
-        st.warning(warning[0].upper() + warning[1:])
+        show_warning(warning)
     applied = out.cost.resolved(out)
     st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "

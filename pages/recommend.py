@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from pages._calibration import show_warning
 from pages._scenario import current
 from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
 from planner.charts import recommend as recommend_charts
@@ -17,7 +18,7 @@ if info is None or not info.has_timestamps:
     st.stop()
 for warning in searched_calibration_warnings(s, options):
     if warning not in s.calibration_warnings:        # the scenario's own are shown above it
-        st.warning(warning[0].upper() + warning[1:])
+        show_warning(warning)
 bar = st.progress(0.0, text="searching…")
 try:
     out = recommendation(info.trace_id, s, options, lambda f, msg: bar.progress(min(f, 1.0), text=msg))

@@ -120,7 +120,7 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     fit = _solve(scenario, aggs, measured)
     params = _with(scenario.cost, _POINT_PARAMS, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
-    report = _report(params, _POINT_PARAMS, measured, predicted, "iterations")
+    report = _report(params, measured, predicted, "iterations")
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * _NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
     report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
@@ -308,17 +308,18 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
     measured = np.concatenate([want for _, want in targets]) * 1e3
     predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
-    report = _report(params, _TRACE_PARAMS, measured, predicted, "trace TTFT/TPOT quantiles")
+    report = _report(params, measured, predicted, "trace TTFT/TPOT quantiles")
     report["num_blocks"] = pool.settings.num_blocks
     return report
 
 
-def _report(params: CostParams, fitted: tuple[str, ...], measured: np.ndarray, predicted: np.ndarray,
-            source: str) -> dict:
+def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:
+    """A fit's report: the parameters (those ``source``'s fit sets, per :data:`_FIT_SOURCES`, named in
+    ``fitted``) and its in-sample residuals."""
     rel = predicted / measured - 1
     # what the scenario left to its GPU and engine (None) stays so, and follows the server the file is applied to
     return {"params": {k: v for k, v in params.as_dict().items() if k not in ("source", "fitted_on")},
-            "fitted": list(fitted), "source": source,
+            "fitted": list(_FIT_SOURCES[source]), "source": source,
             "mape": float(np.mean(np.abs(rel))), "max_abs_error": float(np.max(np.abs(rel))),
             "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
                           for m, p, r in zip(measured, predicted, rel, strict=True)]}
