@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
-from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
+from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import fit_trace  # noqa: E402
 from planner.sim.pool_margin import pool_margin, queue_holds  # noqa: E402
@@ -62,17 +62,10 @@ PROMPTS = 100         # inference-perf's shared-prefix generator: 10 groups × 1
 GROUPS = 10
 SWAP_WINDOW = 3       # send order differs from dispatch order by swaps of at most 3 places (224 client workers)
 METRICS = ("ttft_mean", "ttft_p99", "tpot", "e2e_mean", "e2e_p99")
-# The servers issue 15 names as held (TTFT means of 62-425 ms) where the planner once predicted overload: (model,
-# GPU, TP, req/s). Nothing of those runs is read; only the verdict on the development runs' prompts is checked.
-# Two models have no preset: their Hugging Face config.json fields (Qwen/Qwen3-14B, mistralai/Mixtral-8x22B-v0.1).
-QWEN3_14B = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 17408, "vocab_size": 151936,
-             "tie_word_embeddings": False, "max_position_embeddings": 40960}
-MIXTRAL_8X22B = {"model_type": "mixtral", "hidden_size": 6144, "num_hidden_layers": 56, "num_attention_heads": 48,
-                 "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 32768,
-                 "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 65536}
-HELD_SERVERS = (("mixtral-8x7b", "h100-sxm", 2, 20.0), (MIXTRAL_8X22B, "h100-sxm", 8, 20.0),
-                (QWEN3_14B, "h100-sxm", 1, 20.0), (QWEN3_14B, "l40s", 1, 6.0),
+# The servers issue 15 names as held (TTFT means of 62-425 ms) where the planner once predicted overload: (model
+# preset, GPU, TP, req/s). Nothing of those runs is read; only the verdict on the development runs' prompts is checked.
+HELD_SERVERS = (("mixtral-8x7b", "h100-sxm", 2, 20.0), ("mixtral-8x22b", "h100-sxm", 8, 20.0),
+                ("qwen3-14b", "h100-sxm", 1, 20.0), ("qwen3-14b", "l40s", 1, 6.0),
                 ("codellama-34b", "a100-80gb-sxm", 2, 6.0), ("llama-2-70b", "a100-80gb-sxm", 4, 6.0))
 
 
@@ -198,8 +191,7 @@ def held_servers(runs: list[Run], seed: int = 0) -> list[dict]:
     workloads = {run.run_id.rsplit("-", 1)[1]: run for run in runs}
     rows = []
     for model, gpu, tp, rate in HELD_SERVERS:
-        spec = get_model(model) if isinstance(model, str) else from_hf_config(
-            model, name="qwen3-14b" if model is QWEN3_14B else "mixtral-8x22b")
+        spec = get_model(model)
         for kind, run in workloads.items():
             arrival = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, run.work.n))
             work = SimWorkload(arrival, run.work.input_tokens, run.work.output_tokens, kind, prefix=run.work.prefix)

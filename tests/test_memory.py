@@ -40,7 +40,8 @@ def test_parameter_counts_within_half_a_percent_of_published(name):
     else:
         assert param_count(model) == pytest.approx(model.published_params, rel=0.005)
     exact = {"llama-3-8b": 8_030_261_248, "llama-3-70b": 70_553_706_496, "qwen2.5-72b": 72_706_203_648,
-             "falcon-180b": 179_522_565_120, "gemma-2-9b": 9_241_705_984, "mixtral-8x7b": 46_702_792_704}
+             "falcon-180b": 179_522_565_120, "gemma-2-9b": 9_241_705_984, "mixtral-8x7b": 46_702_792_704,
+             "llama-2-7b": 6_738_415_616, "qwen3-14b": 14_768_307_200, "mixtral-8x22b": 140_630_071_296}
     if name in exact:                 # Hugging Face safetensors totals, to the parameter
         assert param_count(model) == exact[name]
 
@@ -168,6 +169,15 @@ def test_config_json_errors_name_the_missing_fields(tmp_path):
         get_model(str(path))
     with pytest.raises(PlannerError, match="unknown model"):
         get_model("llama-9")
+
+
+def test_a_preset_is_found_by_its_hugging_face_id():
+    assert get_model("Qwen/Qwen3-14B") == get_model("qwen3-14b")
+    assert get_model(" meta-llama/llama-2-7b-hf ").name == "llama-2-7b"
+    # Qwen3 14B: 2 (K and V) × 40 layers × 8 KV heads × 128 × 2 B = 160 KiB per token
+    assert kv_bytes_per_token(get_model("qwen/qwen3-14b")) == 160 * 1024
+    with pytest.raises(PlannerError, match="unknown model 'Qwen/Qwen3-15B'"):
+        get_model("Qwen/Qwen3-15B")
 
 
 def test_every_supported_family_reads(tmp_path):

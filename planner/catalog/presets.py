@@ -200,6 +200,8 @@ _PRESETS = {
                        405_853_388_800, "Llama 3.1 405B: fp8 or multi-node"),
     "llama-2-70b": ("meta-llama/Llama-2-70b-hf", _llama(8192, 80, 64, 8, 28672, 32000, 4096), 68_976_648_192,
                     "Llama 2 70B: GQA 8 KV heads, 320 KiB/token, 4k context, 32k vocabulary"),
+    "llama-2-7b": ("meta-llama/Llama-2-7b-hf", _llama(4096, 32, 32, 32, 11008, 32000, 4096), 6_738_415_616,
+                   "Llama 2 7B: multi-head attention (512 KiB/token), 4k context"),
     "codellama-34b": ("codellama/CodeLlama-34b-Instruct-hf", _llama(8192, 48, 64, 8, 22016, 32000, 16384),
                       33_743_970_304, "Code Llama 34B: GQA 8 KV heads, 192 KiB/token, 16k context"),
     "mistral-7b": ("mistralai/Mistral-7B-v0.1",
@@ -209,10 +211,17 @@ _PRESETS = {
                      {**_llama(4096, 32, 32, 8, 14336, 32000, 32768), "model_type": "mixtral",
                       "num_local_experts": 8, "num_experts_per_tok": 2}, 46_702_792_704,
                      "Mixtral 8x7B: 8 experts, top-2; 12.9B active"),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1",
+                      {**_llama(6144, 56, 48, 8, 16384, 32768, 65536), "model_type": "mixtral",
+                       "num_local_experts": 8, "num_experts_per_tok": 2}, 140_630_071_296,
+                      "Mixtral 8x22B: 8 experts, top-2; 39B active (count: Instruct v0.1's safetensors, same shapes)"),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B", {**_llama(3584, 28, 28, 4, 18944, 152064, 131072), "model_type": "qwen2"},
                    7_615_616_512, "Qwen2.5 7B: 4 KV heads (56 KiB/token), q/k/v biases"),
     "qwen2.5-72b": ("Qwen/Qwen2.5-72B", {**_llama(8192, 80, 64, 8, 29568, 152064, 131072), "model_type": "qwen2"},
                     72_706_203_648, "Qwen2.5 72B: q/k/v biases"),
+    "qwen3-14b": ("Qwen/Qwen3-14B", {**_llama(5120, 40, 40, 8, 17408, 151936, 40960), "model_type": "qwen3",
+                                     "head_dim": 128}, 14_768_307_200,
+                  "Qwen3 14B: 8 KV heads (160 KiB/token), q/k norms, no q/k/v biases"),
     "yi-34b": ("01-ai/Yi-34B", _llama(7168, 60, 56, 8, 20480, 64000, 4096), 34_388_917_248,
                "Yi 34B: Llama architecture, 240 KiB/token"),
     "falcon-180b": ("tiiuae/falcon-180B",
@@ -256,13 +265,15 @@ def preset_names() -> list[str]:
 
 
 def get_model(ref: str) -> ModelSpec:
-    """A preset by name, or a model read from a path to a ``config.json``."""
+    """A preset by name or by its Hugging Face id (``Qwen/Qwen3-14B``), or a model read from a path to a
+    ``config.json``."""
     key = ref.strip().lower()
+    key = next((name for name, preset in _PRESETS.items() if preset[0].lower() == key), key)  # a Hugging Face id
     if key in _PRESETS:
         hf_id, cfg, published, help_text = _PRESETS[key]
         spec = from_hf_config(cfg, name=key, published_params=published)
         return replace(spec, hf_id=hf_id, help=help_text)
     if ref.endswith(".json") or Path(ref).is_file():
         return load_config(ref)
-    raise PlannerError(f"unknown model {ref!r}: expected a preset ({', '.join(_PRESETS)}) or a path to a "
-                       "Hugging Face config.json")
+    raise PlannerError(f"unknown model {ref!r}: expected a preset ({', '.join(_PRESETS)}), a preset's Hugging "
+                       "Face id or a path to a Hugging Face config.json")
