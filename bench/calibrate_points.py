@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
-from planner.sim.calibration import (POINT_COLUMNS, file_text, fit_points, params_from_json,  # noqa: E402
-                                     predict_points)
+from planner.sim.calibration import POINT_COLUMNS, fit_points, predict_points  # noqa: E402
+from planner.sim.calibration_file import file_text, params_from_json  # noqa: E402
 from planner.sim.cost_model import CostParams  # noqa: E402
 
 PROFILE = json.loads((Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100" /

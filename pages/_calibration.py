@@ -5,7 +5,8 @@ import streamlit as st
 
 from pages._shared import connection, kept, show_table
 from planner.errors import PlannerError
-from planner.sim.calibration import file_text, fit_trace_held_out, params_from_json
+from planner.sim.calibration import fit_trace_held_out
+from planner.sim.calibration_file import file_text, params_from_json
 from planner.sim.cost_model import CostParams
 
 
@@ -42,8 +43,9 @@ def trace_calibration(trace_id: str, scenario, progress=None) -> dict:
     from planner.workload.replay import measured_latencies
 
     def fit() -> dict:
-        workload, ttft, tpot = measured_latencies(connection(), trace_id)
-        return fit_trace_held_out(scenario, workload, ttft, tpot, progress=progress)
+        measured = measured_latencies(connection(), trace_id, scenario.model)
+        report = fit_trace_held_out(scenario, measured.workload, measured.ttft_s, measured.tpot_s, progress=progress)
+        return {**report, "warnings": [*measured.notes, *report["warnings"]]}
     return kept(("calibrate", trace_id, scenario.key), fit)
 
 

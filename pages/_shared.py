@@ -90,7 +90,7 @@ def measured_latency(trace_id: str):
     from planner.workload.replay import measured_latencies
 
     try:
-        _, ttft, tpot = measured_latencies(connection(), trace_id)
+        _, ttft, tpot, _ = measured_latencies(connection(), trace_id)
     except PlannerError:
         return None
     return ttft, tpot

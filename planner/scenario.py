@@ -323,21 +323,26 @@ def _check_overheads(overheads: Overheads) -> None:
             raise PlannerError(f"memory overhead {name} {value!r}: expected a non-negative number of bytes")
 
 
+def _real(value) -> bool:
+    """A number, not a true/false (``True`` is an int to Python, but 1 s of overhead to nobody)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _check_cost(cost: CostParams) -> None:
     """The cost model's parameters, as a calibration file or defaults give them."""
     for name in ("mfu", "mbu", "link_efficiency"):
         value = getattr(cost, name)
         if value is None and name in ("mfu", "mbu"):
             continue            # the GPU's
-        if not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        if not _real(value) or not 0 < value <= 1:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
     for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "tp_step_overhead_s",
                  "piecewise_layer_s", "frontend_s"):
         value = getattr(cost, name)
         if value is None and name in ("allreduce_latency_s", "tp_step_overhead_s"):
             continue            # the GPU's, the engine's
-        if not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        if not _real(value) or not math.isfinite(value) or value < 0:
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
                                "seconds")
-    if cost.roofline_p is not None and (not isinstance(cost.roofline_p, numbers.Real) or not cost.roofline_p >= 1):
+    if cost.roofline_p is not None and (not _real(cost.roofline_p) or not cost.roofline_p >= 1):
         raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

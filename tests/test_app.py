@@ -323,7 +323,7 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     assert list(grid["metric"]) == ["TTFT mean", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT mean", "TPOT p50",
                                     "TPOT p90", "TPOT p99"]
     from pages._shared import connection
-    _, ttft, tpot = measured_latencies(connection(), "sample_chat")
+    _, ttft, tpot, _ = measured_latencies(connection(), "sample_chat")
     expected = latency_errors(ttft, tpot, ttft, tpot)          # the measured side, from the planner directly
     assert grid["measured_ms"].tolist() == pytest.approx([r["measured_ms"] for r in expected])
     assert (grid["error"] == grid["predicted_ms"] / grid["measured_ms"] - 1).all()
@@ -459,12 +459,16 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     at.button(key="calibrate").click().run()
     assert not at.exception
     grid = table_with(at, "part")
-    assert len(grid) == 16 and grid["part"][0] == "in-sample (5,845 requests)"
-    assert grid["part"][15] == "held-out (2,505 requests)"
+    # the sample's latencies were measured on two models' servers: the fit takes llama-3-8b's and says so
+    assert len(grid) == 16 and grid["part"][0] == "in-sample (4,145 requests)"
+    assert grid["part"][15] == "held-out (1,776 requests)"
+    assert any(w.value.startswith("Calibrated on the 5,921 requests the trace says llama-3-8b served") for w in
+               at.warning)
     # the same fit the CLI makes, from the planner directly
     from pages._shared import connection
-    work, ttft, tpot = measured_latencies(connection(), "sample_chat")
-    fit = fit_trace_held_out(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")), work, ttft, tpot)
+    scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"))
+    work, ttft, tpot, _ = measured_latencies(connection(), "sample_chat", scenario.model)
+    fit = fit_trace_held_out(scenario, work, ttft, tpot)
     assert grid["predicted_ms"].tolist() == pytest.approx(
         [r["predicted_ms"] for split in ("in_sample", "held_out") for r in fit[split]["metrics"]])
     shown = f"MFU {fit['params']['mfu']:.3g}, MBU {fit['params']['mbu']:.3g} (in place of MFU 0.55, MBU 0.8)"

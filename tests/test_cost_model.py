@@ -16,7 +16,8 @@ from planner.catalog.models import weights_bytes
 from planner.catalog.presets import get_model
 from planner.errors import PlannerError
 from planner.scenario import Scenario
-from planner.sim.calibration import fit_points, fit_trace, params_from_json, predict_points, read_points
+from planner.sim.calibration import fit_points, fit_trace, predict_points, read_points
+from planner.sim.calibration_file import params_from_json
 from planner.sim.cost_model import CostParams, batch_aggregates, predict_step, step_seconds
 from planner.sim.run import simulate
 from planner.sim.workload import synthetic
@@ -217,13 +218,34 @@ def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transf
     assert hand.roofline_p == 3.0 and hand.fitted_on is None and S(cost=hand).calibration_warnings == ()
     named = params_from_json(json.dumps({"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "params": {}}), "n.json")
     assert "its efficiencies and overheads are that GPU's" in S(cost=named).calibration_warnings[0]
-    with pytest.raises(PlannerError, match="'fitted' must list parameter names"):
-        params_from_json(json.dumps({**body, "fitted": "mfu"}), "bad.json")
+    for bad, match in (({"fitted": "mfu"}, "'fitted' must list cost-model parameter names"),
+                       ({"fitted": ["mfu", "speed"]}, "'fitted' must list cost-model parameter names"),
+                       ({"tp": 2.7}, "'tp' must be the measured server's tensor-parallel degree"),
+                       ({"tp": True}, "'tp' must be"), ({"gpu": None}, "'model' and 'gpu' must name"),
+                       ({"engine": 5}, "'engine' must name"),
+                       ({"params": {**body["params"], "mfu": True}}, "cost model mfu True")):
+        with pytest.raises(PlannerError, match=match):
+            S(cost=params_from_json(json.dumps({**body, **bad}), "bad.json"))
+    # a hand-written server in the names --model and --gpu accept is the same server: nothing to warn of
+    hand_named = params_from_json(json.dumps({**body, "model": "meta-llama/Meta-Llama-3-8B", "gpu": "A100-80GB-SXM"}),
+                                  "h.json")
+    assert S(cost=hand_named).calibration_warnings == ()
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{")
+    from planner.sim.calibration_file import load_params
+    with pytest.raises(PlannerError, match="binary.json: not UTF-8 text"):
+        load_params(tmp_path / "binary.json")
     assert S().calibration_warnings == () and S(cost=CostParams(mfu=0.3)).calibration_warnings == ()
     # a fit that starts from another server's calibration says what the new file keeps of it
     refit = fit_points(S(cost=named), read_points(measured_points(tmp_path / "p.csv")))
     assert any(w.startswith("the parameters this fit did not set are kept from calibrated (n.json), and the "
                             "calibration was fitted on h100-sxm") for w in refit["warnings"])
+    # a points fit from another GPU's points calibration sets all it had fitted: nothing is kept
+    elsewhere = params_from_json(json.dumps({**body, "gpu": "h100-sxm"}), "h100.json")
+    assert not any("kept from" in w for w in fit_points(S(cost=elsewhere), read_points(tmp_path / "p.csv"))["warnings"])
+    # a trace fit sets MFU and MBU only: the overheads it keeps are named
+    from planner.sim.calibration import _inherited
+    kept = _inherited(S(cost=elsewhere), ("mfu", "mbu"))
+    assert len(kept) == 1 and "its step_overhead_s, seq_overhead_s are that GPU's" in kept[0]
     # and the TP degrees and GPUs a recommendation searches are each warned of, once; a degree the model cannot
     # take (3) is skipped
     from planner.recommend.plan import RecommendOptions, searched_calibration_warnings
@@ -260,12 +282,77 @@ def test_calibrate_points_predicts_each_row_from_a_fit_that_did_not_see_it(tmp_p
     assert round(in_sample, 3) == 0.017 and round(cv["median_abs_error"], 3) == 0.073
     assert round(cv["worst_abs_error"], 3) == 0.195
     assert any(w.startswith("a row the fit did not see is predicted at 7.3% median error") for w in report["warnings"])
+    # each of MBU and the per-step overhead moves the six by 2.7% or more alone, but together they trade off
+    assert any(w.startswith("mbu and step_overhead_s trade off: changed together (by up to 10% each) they move no "
+                            "predicted step time by more than 0.76%") for w in report["warnings"])
     assert not any(w.startswith("a row the fit did not see") for w in exact["warnings"])
     # four rows leave three to fit four parameters in each fold: no cross-validation, and the report says so
     four = fit_points(server, six[:4])
     assert four["cross_validated"] is None
-    assert any(w.startswith("4 rows are too few to predict any of them") for w in four["warnings"])
+    assert any(w.startswith("4 distinct steps are too few to predict any of them") for w in four["warnings"])
     assert fit_points(server, six[:5])["cross_validated"]["folds"] == 5
+
+
+def test_points_that_cannot_pin_the_parameters_are_refused_or_warned_of(tmp_path):
+    good = measured_points(tmp_path / "p.csv").read_text().splitlines()
+    header, first = good[0], good[1]
+
+    def refused(name, rows, match, scenario=None):
+        (tmp_path / name).write_text("\n".join([header, *rows]) + "\n")
+        with pytest.raises(PlannerError, match=match):
+            fit_points(scenario or S(), read_points(tmp_path / name))
+
+    # one step timed six times pins one combination of four parameters, not each
+    refused("dup.csv", [first] * 6, "6 rows time 1 distinct steps; the 4 parameters need at least 4")
+    # a count without its lengths would be dropped unseen; a decode needs context
+    refused("half.csv", [*good[1:], "512,0,4,100,20"], "line 16 .* prefill tokens without a prefill count")
+    refused("ctx.csv", [*good[1:], "0,0,4,0,20"], "a decode count without a context")
+    # a step no engine runs (longer than max_model_len)
+    refused("long.csv", good[1:], "line 6 \\(and 5 more\\) holds a sequence longer than --max-model-len \\(1,024\\)",
+            S(max_model_len=1024))
+    # repeats of a step are left out with it: the cross-validation of every row twice is that of each row once
+    once = fit_points(S(), read_points(tmp_path / "p.csv"))
+    (tmp_path / "twice.csv").write_text("\n".join([header, *good[1:], *good[1:]]) + "\n")
+    twice = fit_points(S(), read_points(tmp_path / "twice.csv"))
+    assert twice["cross_validated"]["folds"] == once["cross_validated"]["folds"] == 10
+    assert [r["predicted_ms"] for r in twice["cross_validated"]["residuals"]] == pytest.approx(
+        [r["predicted_ms"] for r in once["cross_validated"]["residuals"]] * 2, rel=1e-6)
+
+
+def test_a_measured_trace_is_calibrated_on_the_requests_of_the_model_it_names(tmp_path):
+    from planner.traces import store
+    from planner.workload.replay import measured_latencies
+
+    db = tmp_path / "m.duckdb"
+    cli_json("ingest", str(ROOT / "traces" / "sample_chat.csv.gz"), "--quiet", db=db)
+    con = store.open_store(db)
+    everyone = measured_latencies(con, "sample_chat")
+    assert everyone.workload.n == 8350 and everyone.notes == ()
+    small = measured_latencies(con, "sample_chat", get_model("meta-llama/Meta-Llama-3-8B"))
+    assert small.workload.n == 5921 and np.isfinite(small.ttft_s).all()
+    assert small.notes == ("calibrated on the 5,921 requests the trace says llama-3-8b served; 2,429 others left out "
+                           "(llama-3-70b: 2,429)",)
+    assert measured_latencies(con, "sample_chat", get_model("mistral-7b"), "llama-3-70b").workload.n == 2429
+    with pytest.raises(PlannerError, match="several models .* and none is mistral-7b"):
+        measured_latencies(con, "sample_chat", get_model("mistral-7b"))
+    with pytest.raises(PlannerError, match="--trace-model 'llama': trace 'sample_chat' names no such model"):
+        measured_latencies(con, "sample_chat", LLAMA8, "llama")
+    con.close()
+
+
+def test_a_held_out_split_needs_latencies_on_both_sides(tmp_path):
+    from planner.sim.calibration import fit_trace_held_out
+    from planner.sim.calibration_file import file_text
+
+    work = synthetic("requests=60,input=uniform:100:600,output=uniform:20:100,qps=2,seed=3")
+    replay = simulate(work, S(max_model_len=8192))
+    ttft, tpot = replay.ttft_s.copy(), replay.tpot_s.copy()
+    ttft[45:], tpot[45:] = np.nan, np.nan          # the last quarter untimed: 42 fitted and 3 held out timed
+    with pytest.raises(PlannerError, match="hold 42 requests with a measured TTFT or TPOT and the last 30% 3"):
+        fit_trace_held_out(S(max_model_len=8192), work, ttft, tpot)
+    # a file with an undefined figure is still strict JSON (null, not NaN)
+    text = file_text({"params": {"mfu": 0.5}, "residuals": [{"error": float("nan")}]}, S())
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c))["residuals"] == [{"error": None}]
 
 
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):

@@ -78,7 +78,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     from planner.catalog.gpus import get_gpu
     from planner.catalog.presets import get_model
     from planner.scenario import Scenario
-    from planner.sim.calibration import load_params
+    from planner.sim.calibration_file import load_params
 
     model, gpu = get_model(args.model), get_gpu(args.gpu)
     if args.price is not None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from planner.cli.output import emit as _emit
@@ -91,7 +92,7 @@ def _ms(value: float | None, digits: int) -> str:
 
 
 def cmd_calibrate(args) -> None:
-    from planner.sim import calibration
+    from planner.sim import calibration, calibration_file
     from planner.sim.cost_model import CostParams
 
     if bool(args.points) == bool(args.trace):
@@ -103,12 +104,13 @@ def cmd_calibrate(args) -> None:
     else:
         from planner.workload.replay import measured_latencies
 
-        workload, ttft, tpot = measured_latencies(store.open_store(args.db), args.trace)
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
-        report = calibration.fit_trace_held_out(scenario, workload, ttft, tpot, args.holdout,
-                                                progress=_progress_printer(not args.json))
-    calibration.save(report, target, scenario)
+        measured = measured_latencies(store.open_store(args.db), args.trace, scenario.model, args.trace_model)
+        report = calibration.fit_trace_held_out(scenario, measured.workload, measured.ttft_s, measured.tpot_s,
+                                                args.holdout, progress=_progress_printer(not args.json))
+        report["warnings"] = [*measured.notes, *report["warnings"]]
+    calibration_file.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
            "warnings": report["warnings"]}
@@ -118,10 +120,11 @@ def cmd_calibrate(args) -> None:
         if split in report:
             obj[split] = report[split]
             part = report[split]
-            lines.append(f"{split.replace('_', '-')} ({part['requests']:,} requests): median |error| "
-                         f"{part['median_abs_error']:.1%}, bias {part['bias']:+.1%}; " + ", ".join(
-                             f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
-                             for r in part["metrics"]))
+            summary = ("no metric measured" if part["median_abs_error"] is None else
+                       f"median |error| {part['median_abs_error']:.1%}, bias {part['bias']:+.1%}")
+            lines.append(f"{split.replace('_', '-')} ({part['requests']:,} requests): {summary}; " + ", ".join(
+                f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
+                for r in part["metrics"] if math.isfinite(r["error"])))
     # the parameters as they apply on this server (what the file leaves to the GPU and engine, filled in)
     obj["resolved"] = {k: v for k, v in CostParams(**report["params"]).resolved(scenario).as_dict().items()
                        if k not in ("source", "fitted_on")}
@@ -276,6 +279,9 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--trace", help="a stored trace with TTFT/TPOT, replayed in the scenario (its engine, limits)")
     p.add_argument("--holdout", type=FINITE, default=0.3,
                    help="--trace: the share of the latest arrivals predicted, not fitted (default 0.3)")
+    p.add_argument("--trace-model", metavar="NAME",
+                   help="--trace: calibrate on the requests whose model column is NAME (default: those naming "
+                        "--model, where the trace names several)")
     p.add_argument("-o", "--output", required=True, help="calibration file to write")
     p.set_defaults(func=cmd_calibrate)
 

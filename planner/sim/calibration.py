@@ -5,13 +5,11 @@ batch of ``prefill_count`` prompts of ``prefill_tokens`` each, or a decode batch
 relative error. A trace with measured TTFT and TPOT is fitted by replaying it through the simulator and matching
 each request's TTFT and TPOT (log error), so queueing and batching are accounted for, not assumed away.
 
-The calibration file (:func:`save` writes it, :func:`load_params` reads it for ``--calibration``) holds the fitted
-parameters and the server they were measured on; the rest stay unset, so they follow the server it is applied to.
+The calibration file the fits' reports become is written and read by :mod:`planner.sim.calibration_file`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,9 +19,7 @@ import polars as pl
 from scipy import optimize
 
 from planner.errors import PlannerError, first_line
-from planner.output_files import write_atomically
-from planner.sim.cost_model import (MAX_STEP_SEQUENCES, CostParams, FittedOn, batch_aggregates, coefficients,
-                                   step_seconds)
+from planner.sim.cost_model import MAX_STEP_SEQUENCES, CostParams, batch_aggregates, coefficients, step_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,8 +37,8 @@ _NUDGE, _WEAK = 0.1, 0.01
 CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
 # what each fit's report names as its source, and the parameters it fits (calibration files before the fitted
 # names were recorded are read by it); the parameters a scenario leaves to its GPU and engine (None)
-_FIT_SOURCES = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": _TRACE_PARAMS}
-_LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
+FIT_SOURCES = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": _TRACE_PARAMS}
+LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
 _FIT_REPLAYS = 320       # about what fit_trace's search replays on two parameters (the bundled sample: 306)
 _OVERFIT = 2.0           # cross-validated median error this many times the in-sample one (and over 5%) is warned of
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
@@ -75,9 +71,26 @@ def read_points(path: str | Path) -> pl.DataFrame:
                          | (pl.col("step_ms") <= 0))
     if empty.height:
         raise PlannerError(f"--points {path}: {empty.height} rows have no tokens or a non-positive step_ms")
-    if frame.height < len(_POINT_PARAMS):
-        raise PlannerError(f"--points {path}: {frame.height} rows; need at least {len(_POINT_PARAMS)}")
+    # a count without its lengths (or lengths without a count) would be dropped unseen: the row is mistyped
+    half = frame.with_row_index("row", 2).filter(((pl.col("prefill_tokens") > 0) != (pl.col("prefill_count") > 0))
+                                                 | ((pl.col("decode_count") > 0) != (pl.col("decode_context") > 0)))
+    if half.height:
+        raise PlannerError(f"--points {path}: line {half['row'][0]} (and {half.height - 1} more) gives prefill "
+                           "tokens without a prefill count, a decode count without a context, or the reverse; "
+                           "expected both of a pair or neither (a decode's context is at least 1 token)")
+    distinct = frame.select(POINT_COLUMNS[:-1]).n_unique()
+    if distinct < len(_POINT_PARAMS):
+        raise PlannerError(f"--points {path}: {frame.height} rows time {distinct} distinct steps; the "
+                           f"{len(_POINT_PARAMS)} parameters need at least {len(_POINT_PARAMS)} (repeats of a step "
+                           "average its noise but pin no other parameter)")
     return frame
+
+
+def _steps(frame: pl.DataFrame) -> np.ndarray:
+    """Each row's step (0, 1, …, in order of first appearance): repeats of one step share it."""
+    keys = frame.select(POINT_COLUMNS[:-1]).rows()
+    first: dict[tuple, int] = {}
+    return np.array([first.setdefault(k, len(first)) for k in keys], np.int64)
 
 
 def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
@@ -115,6 +128,13 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     the scenario's cost model; its model, GPU, TP and dtypes are the measured server's. The report adds
     ``cross_validated``: each row predicted by a fit that did not see it (:data:`CV_FOLDS`), the error to expect
     on iterations like these but not among them, and a warning when it is far above the in-sample error."""
+    longest = frame.with_row_index("row", 2).filter(
+        pl.max_horizontal("prefill_tokens", pl.col("decode_context") + (pl.col("decode_count") > 0))
+        > scenario.max_model_len)
+    if longest.height:
+        raise PlannerError(f"--points: line {longest['row'][0]} (and {longest.height - 1} more) holds a sequence "
+                           f"longer than --max-model-len ({scenario.max_model_len:,}): no engine runs that step; "
+                           "raise --max-model-len to the measured server's")
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
     fit = _solve(scenario, aggs, measured)
@@ -123,33 +143,38 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     report = _report(params, measured, predicted, "iterations")
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * _NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
-    report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(
-        moves, "step times", "rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small "
-        "steps for the overheads)")
-    report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured)
+    remedy = ("rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small steps for the "
+              "overheads)")
+    report["warnings"] = _at_bound(params, _POINT_PARAMS) + _weak(moves, "step times", remedy) + _traded_off(
+        fit, [j for j, name in enumerate(_POINT_PARAMS) if moves[name] >= _WEAK])
+    steps = _steps(frame)
+    report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps)
     cv = report["cross_validated"]
     in_sample = float(np.median(np.abs(predicted / measured - 1)))
     if cv is None:
-        report["warnings"].append(f"{len(aggs)} rows are too few to predict any of them from a fit without it "
-                                  f"({len(_POINT_PARAMS)} parameters need at least {len(_POINT_PARAMS) + 1} rows): "
-                                  "its error off these rows is unknown")
+        report["warnings"].append(f"{steps.max() + 1} distinct steps are too few to predict any of them from a fit "
+                                  f"without it ({len(_POINT_PARAMS)} parameters need at least "
+                                  f"{len(_POINT_PARAMS) + 1}): its error off these rows is unknown")
     elif cv["median_abs_error"] > max(_OVERFIT * in_sample, _WEAK * 5):
         report["warnings"].append(
             f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
             f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
             "model follows these rows more closely than it predicts others; expect errors of the cross-validated "
             "size, and add rows nearer the steps you will predict")
-    report["warnings"] += _inherited(scenario)
+    report["warnings"] += _inherited(scenario, _POINT_PARAMS)
     return report
 
 
-def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measured: np.ndarray) -> dict | None:
-    """Each row predicted by a fit on the others (rows i, i + k, i + 2k, ... left out together: leave-one-out up
-    to :data:`CV_FOLDS` rows); None where a fold would leave fewer rows than parameters."""
-    folds = min(len(aggs), CV_FOLDS)
-    if len(aggs) - -(-len(aggs) // folds) < len(_POINT_PARAMS):
+def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measured: np.ndarray,
+                     steps: np.ndarray) -> dict | None:
+    """Each row predicted by a fit on the others: steps i, i + k, i + 2k, ... left out together (leave-one-out up
+    to :data:`CV_FOLDS` steps), a step's repeats with it, so no row is predicted by a fit that saw its copy; None
+    where a fold would leave fewer distinct steps than parameters."""
+    distinct = int(steps.max()) + 1
+    folds = min(distinct, CV_FOLDS)
+    if distinct - -(-distinct // folds) < len(_POINT_PARAMS):
         return None
-    fold = np.arange(len(aggs)) % folds
+    fold = steps % folds
     held = np.empty(len(aggs))
     for k in range(folds):
         rest = fold != k
@@ -163,10 +188,37 @@ def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measur
                           for m, p, r in zip(measured, held, rel, strict=True)]}
 
 
-def _inherited(scenario: Scenario) -> list[str]:
-    """Where the fit started from a calibration of another server: what the new file keeps of it unchecked."""
+def _traded_off(fit, columns: list[int]) -> list[str]:
+    """A warning where the parameters at ``columns`` (each constrained on its own) trade off: some combination of
+    changes of up to 10% each moves no fitted step time by ``_WEAK``, so the data fix their mix, not each one."""
+    if len(columns) < 2:
+        return []
+    scaled = fit.jac[:, columns] * _NUDGE * fit.x[columns]        # each row's relative move per 10% change
+    weakest = np.linalg.svd(scaled, full_matrices=False)[2][-1]   # the unit combination moving the rows least
+    move = float(np.max(np.abs(scaled @ weakest)))
+    if move >= _WEAK:
+        return []
+    # those with a fifth of the combination or more (one alone would have moved the rows by itself)
+    names = [_POINT_PARAMS[j] for j, w in zip(columns, weakest, strict=True) if abs(w) >= 0.2]
+    if len(names) < 2:
+        return []
+    return [f"{' and '.join(names)} trade off: changed together (by up to 10% each) they move no predicted step "
+            f"time by more than {move:.2%}, so these rows fix their mix, not each value; add rows that load them "
+            "differently (prefills and decode batches of several sizes)"]
+
+
+def _inherited(scenario: Scenario, fitted: tuple[str, ...]) -> list[str]:
+    """Where the fit (setting ``fitted``) started from a calibration of another server: what the new file keeps
+    of it unchecked; nothing where this fit sets everything that calibration had fitted."""
+    on = scenario.cost.fitted_on
+    if on is None:
+        return []
+    kept = tuple(name for name in on.fitted if name not in fitted) if on.fitted else on.fitted
+    if on.fitted and not kept:
+        return []
+    cost = replace(scenario.cost, fitted_on=replace(on, fitted=kept))
     return [f"the parameters this fit did not set are kept from {scenario.cost.source}, and {warning}"
-            for warning in scenario.calibration_warnings]
+            for warning in cost.transfer_warnings(scenario)]
 
 
 def _at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
@@ -218,10 +270,13 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
 
     n = workload.n
     fitted_n = int(round(n * (1 - holdout)))
-    if fitted_n < 10 or n - fitted_n < 10:
-        raise PlannerError(f"the trace has {n:,} requests with latencies: a held-out split needs at least 10 on "
-                           "each side")
     head = np.arange(n) < fitted_n
+    timed = np.isfinite(ttft_s) | np.isfinite(tpot_s)
+    sides = int(timed[head].sum()), int(timed[~head].sum())
+    if min(sides) < 10:
+        raise PlannerError(f"the trace's first {1 - holdout:.0%} of arrivals hold {sides[0]:,} requests with a "
+                           f"measured TTFT or TPOT and the last {holdout:.0%} {sides[1]:,}: a held-out split needs "
+                           "at least 10 on each side (change --holdout, or calibrate on a trace timed throughout)")
     part = workload.subset(head)
     report = fit_trace(scenario, part, ttft_s[head], tpot_s[head],
                        progress=lambda fraction, message: say(0.9 * fraction, message))
@@ -245,7 +300,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
     report["warnings"] = _at_bound(params, _TRACE_PARAMS) + _weak(
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
-        "decode-bound steps for mbu), or timed iterations (--points)") + _inherited(scenario)
+        "decode-bound steps for mbu), or timed iterations (--points)") + _inherited(scenario, _TRACE_PARAMS)
     report["holdout"] = holdout
     say(1.0, f"calibrated on {fitted_n:,} requests, {n - fitted_n:,} held out")
     return report
@@ -314,59 +369,12 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
 
 
 def _report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:
-    """A fit's report: the parameters (those ``source``'s fit sets, per :data:`_FIT_SOURCES`, named in
+    """A fit's report: the parameters (those ``source``'s fit sets, per :data:`FIT_SOURCES`, named in
     ``fitted``) and its in-sample residuals."""
     rel = predicted / measured - 1
     # what the scenario left to its GPU and engine (None) stays so, and follows the server the file is applied to
     return {"params": {k: v for k, v in params.as_dict().items() if k not in ("source", "fitted_on")},
-            "fitted": list(_FIT_SOURCES[source]), "source": source,
+            "fitted": list(FIT_SOURCES[source]), "source": source,
             "mape": float(np.mean(np.abs(rel))), "max_abs_error": float(np.max(np.abs(rel))),
             "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
                           for m, p, r in zip(measured, predicted, rel, strict=True)]}
-
-
-def load_params(path: str | Path | None) -> CostParams:
-    """Cost parameters from a calibration file (``calibrate -o FILE``), or the defaults."""
-    if path is None:
-        return CostParams()
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PlannerError(f"--calibration {path}: cannot read it ({exc.strerror})") from None
-    return params_from_json(text, Path(path).name)
-
-
-def params_from_json(text: str, name: str) -> CostParams:
-    """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
-    where a scenario takes them."""
-    try:
-        data = json.loads(text)
-        params = dict(data["params"])
-        fitted = data.get("fitted")
-        if fitted is None and data.get("source") in _FIT_SOURCES:
-            # written before the fitted names were recorded: it froze the measured GPU's and engine's own values
-            # of what it did not fit, which are released to follow the server it is applied to
-            fitted = list(_FIT_SOURCES[data["source"]])
-            params.update(dict.fromkeys(_LEFT_TO_THE_SERVER))
-        if fitted is not None and (not isinstance(fitted, list) or not all(isinstance(f, str) for f in fitted)):
-            raise ValueError(f"'fitted' must list parameter names, not {fitted!r}")
-        on = None
-        if all(k in data for k in ("model", "gpu", "tp")):
-            on = FittedOn(str(data["model"]), str(data["gpu"]), int(data["tp"]), data.get("engine"),
-                          tuple(fitted or ()))
-        return CostParams(**{**params, "source": f"calibrated ({name})", "fitted_on": on})
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
-        raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
-
-
-def file_text(report: dict, scenario: Scenario) -> str:
-    """The calibration file ``--calibration`` reads (and the pages take as an upload): the report of a fit and
-    the server it measured."""
-    body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
-            **report}
-    return json.dumps(body, indent=2)
-
-
-def save(report: dict, path: str | Path, scenario: Scenario) -> None:
-    """Write the calibration file ``--calibration`` reads."""
-    write_atomically(Path(path), file_text(report, scenario))

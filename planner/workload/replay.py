@@ -4,11 +4,14 @@ a rate), and their measured TTFT/TPOT for calibration. The simulator itself neve
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
 import polars as pl
 
+from planner.catalog.models import ModelSpec
+from planner.catalog.presets import get_model
 from planner.errors import PlannerError
 from planner.sim.workload import RATE_RANGE, SimWorkload, poisson_or_gamma, sorted_workload
 from planner.traces import store
@@ -95,20 +98,76 @@ def _workload(frame: pl.DataFrame, arrival: np.ndarray, label: str) -> SimWorklo
                            groups, hash_ids)
 
 
-def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str) -> tuple[SimWorkload, np.ndarray, np.ndarray]:
+class Measured(NamedTuple):
+    """A trace's requests with their measured latencies (:func:`measured_latencies`)."""
+
+    workload: SimWorkload
+    ttft_s: np.ndarray          # per request, seconds, NaN where absent
+    tpot_s: np.ndarray
+    notes: tuple[str, ...]      # which requests were kept, where the trace names the models that served them
+
+
+def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str, model: ModelSpec | None = None,
+                       trace_model: str | None = None) -> Measured:
     """A trace's replay workload (its own arrivals and prefix identity) with each request's measured TTFT and TPOT
-    in seconds (NaN where absent), in the workload's order."""
+    in seconds (NaN where absent), in the workload's order.
+
+    Where the trace's ``model`` column names the models that served its requests, only one server's are kept:
+    those of ``trace_model`` (as the column writes it), else those naming ``model`` (its preset name or Hugging Face
+    id). Latencies measured on several servers are not one server's to calibrate.
+    """
     info = store.get_trace(con, trace_ref)
     if info.layout == "summary":
         raise PlannerError(f"trace {info.name!r} is a summary: its latencies are histograms, not each request's; "
                            "calibrating and comparing latencies need the requests")
     if not info.has_timestamps:
         raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
-    frame = _replayed(con, info, ", ttft_ms, tpot_ms", " AND arrival IS NOT NULL")
+    served = "model" in con.cursor().sql(f"SELECT * FROM {store.requests_view(info.trace_id)} LIMIT 0").columns
+    frame = _replayed(con, info, ", ttft_ms, tpot_ms" + (", model" if served else ""), " AND arrival IS NOT NULL")
     if frame["ttft_ms"].null_count() == frame.height and frame["tpot_ms"].null_count() == frame.height:
         raise PlannerError(f"trace {info.name!r} has no TTFT or TPOT column: expected measured latencies")
+    frame, notes = _one_server(frame, info.name, model, trace_model) if served else (frame, ())
     # in arrival order already, so the workload's order (a stable sort by arrival) is the frame's
     workload = _workload(frame, frame["arrival"].to_numpy().astype(float), f"trace {info.name}")
     as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
-    return workload, as_s[0], as_s[1]
+    return Measured(workload, as_s[0], as_s[1], notes)
 
+
+def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
+                trace_model: str | None) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """The requests of one model where the trace names several (see :func:`measured_latencies`)."""
+    counts = dict(frame.drop_nulls("model").group_by("model").len().sort("len", descending=True).iter_rows())
+    listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+    if trace_model is not None:
+        if trace_model not in counts:
+            raise PlannerError(f"--trace-model {trace_model!r}: trace {trace!r} names no such model; it names "
+                               f"{listed or 'none'}")
+        keep = trace_model
+    elif model is None or len(counts) == 0:
+        return frame, ()
+    else:
+        keep = next((name for name in counts if _names(name, model)), None)
+        if keep is None and len(counts) > 1:
+            raise PlannerError(f"trace {trace!r} holds the latencies of several models ({listed}) and none is "
+                               f"{model.name}: calibrate on one server's, naming its model (--model, or the "
+                               "trace's own name for it with --trace-model)")
+        if keep is None:
+            return frame, (f"the trace's requests were served by {listed.rsplit(' (', 1)[0]}, and are replayed "
+                           f"as {model.name}: check that its latencies were measured on this model",)
+    others = {name: n for name, n in counts.items() if name != keep}
+    left = frame.height - counts[keep]
+    note = (f"calibrated on the {counts[keep]:,} requests the trace says {keep} served; "
+            f"{left:,} others left out ({', '.join(f'{name}: {n:,}' for name, n in others.items())}"
+            f"{', no model named' if left > sum(others.values()) else ''})") if left else ""
+    return frame.filter(pl.col("model") == keep), (note,) if note else ()
+
+
+def _names(name: str, model: ModelSpec) -> bool:
+    """Whether a trace's model name is ``model``: its preset name or Hugging Face id, either case."""
+    key = name.strip().lower()
+    if key and key in (model.name.lower(), (model.hf_id or "").lower()):
+        return True
+    try:
+        return not key.endswith(".json") and get_model(key).name == model.name
+    except PlannerError:
+        return False

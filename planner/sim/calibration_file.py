@@ -1,0 +1,95 @@
+"""The calibration file: what ``calibrate -o FILE`` writes and ``--calibration FILE`` (and the pages' upload) reads.
+
+It holds the fitted parameters, their names (``fitted``) and the server they were measured on (model, GPU, TP,
+engine); the parameters the fit did not set stay unset, so they follow the server the file is applied to, and
+:meth:`planner.sim.cost_model.CostParams.transfer_warnings` says what does not carry over to another server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from planner.errors import PlannerError
+from planner.jsonable import clean
+from planner.output_files import write_atomically
+from planner.sim.calibration import FIT_SOURCES, LEFT_TO_THE_SERVER
+from planner.sim.cost_model import CostParams, FittedOn
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
+
+
+def load_params(path: str | Path | None) -> CostParams:
+    """Cost parameters from a calibration file (``calibrate -o FILE``), or the defaults."""
+    if path is None:
+        return CostParams()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlannerError(f"--calibration {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise PlannerError(f"--calibration {path}: not UTF-8 text; expected a file written by `planner calibrate`"
+                           ) from None
+    return params_from_json(text, Path(path).name)
+
+
+def params_from_json(text: str, name: str) -> CostParams:
+    """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
+    where a scenario takes them."""
+    try:
+        data = json.loads(text)
+        params = dict(data["params"])
+        fitted = data.get("fitted")
+        if fitted is None and data.get("source") in FIT_SOURCES:
+            # written before the fitted names were recorded: it froze the measured GPU's and engine's own values
+            # of what it did not fit, which are released to follow the server it is applied to
+            fitted = list(FIT_SOURCES[data["source"]])
+            params.update(dict.fromkeys(LEFT_TO_THE_SERVER))
+        names = set(CostParams.__dataclass_fields__) - {"source", "fitted_on"}
+        if fitted is not None and (not isinstance(fitted, list) or not all(f in names for f in fitted)):
+            raise ValueError(f"'fitted' must list cost-model parameter names ({', '.join(sorted(names))}), not "
+                             f"{fitted!r}")
+        return CostParams(**{**params, "source": f"calibrated ({name})", "fitted_on": _fitted_on(data, fitted)})
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None
+
+
+def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
+    """The measured server a calibration file names (None where it names none), its model and GPU as the catalog
+    names them, so a hand-written ``Qwen/Qwen3-14B`` or ``H100-SXM`` is the preset it stands for."""
+    from planner.catalog.gpus import get_gpu
+    from planner.catalog.presets import get_model
+
+    if not all(k in data for k in ("model", "gpu", "tp")):
+        return None
+    model, gpu, tp, engine = data["model"], data["gpu"], data["tp"], data.get("engine")
+    if not (isinstance(model, str) and model and isinstance(gpu, str) and gpu):
+        raise ValueError(f"'model' and 'gpu' must name the measured server, not {model!r} and {gpu!r}")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"'tp' must be the measured server's tensor-parallel degree (1, 2, 4, …), not {tp!r}")
+    if engine is not None and not isinstance(engine, str):
+        raise ValueError(f"'engine' must name the measured server's engine, not {engine!r}")
+    try:
+        model = get_model(model).name if not model.endswith(".json") else model
+    except PlannerError:
+        pass                        # a model read from its config.json, by the name it was given
+    try:
+        gpu = get_gpu(gpu).name
+    except PlannerError:
+        pass                        # not in this catalog: compared as written
+    return FittedOn(model, gpu, tp, engine, tuple(fitted or ()))
+
+
+def file_text(report: dict, scenario: Scenario) -> str:
+    """The calibration file ``--calibration`` reads (and the pages take as an upload): the report of a fit and
+    the server it measured."""
+    body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
+            **report}
+    return json.dumps(clean(body), indent=2, allow_nan=False)     # strict JSON: an undefined error is null
+
+
+def save(report: dict, path: str | Path, scenario: Scenario) -> None:
+    """Write the calibration file ``--calibration`` reads."""
+    write_atomically(Path(path), file_text(report, scenario))
