@@ -5,7 +5,7 @@ import streamlit as st
 
 from pages._shared import connection, kept, show_table
 from planner.errors import PlannerError
-from planner.sim.calibration import fit_trace_held_out
+from planner.sim.calibration import fit_measured
 from planner.sim.calibration_file import file_text, params_from_json
 from planner.sim.cost_model import CostParams
 
@@ -39,13 +39,11 @@ def cost_params() -> CostParams:
 
 def trace_calibration(trace_id: str, scenario, progress=None) -> dict:
     """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario``
-    (:func:`planner.sim.calibration.fit_trace_held_out`), kept per trace and scenario."""
+    (:func:`planner.sim.calibration.fit_measured`), kept per trace and scenario."""
     from planner.workload.replay import measured_latencies
 
     def fit() -> dict:
-        measured = measured_latencies(connection(), trace_id, scenario.model)
-        report = fit_trace_held_out(scenario, measured.workload, measured.ttft_s, measured.tpot_s, progress=progress)
-        return {**report, "warnings": [*measured.notes, *report["warnings"]]}
+        return fit_measured(scenario, measured_latencies(connection(), trace_id, scenario.model), progress=progress)
     return kept(("calibrate", trace_id, scenario.key), fit)
 
 

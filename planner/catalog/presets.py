@@ -264,12 +264,18 @@ def preset_names() -> list[str]:
     return list(_PRESETS)
 
 
+def preset_name(ref: str) -> str | None:
+    """The preset ``ref`` names, by its name or its Hugging Face id (either case); None for any other name."""
+    key = ref.strip().lower()
+    return key if key in _PRESETS else next((name for name, preset in _PRESETS.items() if preset[0].lower() == key),
+                                            None)
+
+
 def get_model(ref: str) -> ModelSpec:
     """A preset by name or by its Hugging Face id (``Qwen/Qwen3-14B``), or a model read from a path to a
     ``config.json``."""
-    key = ref.strip().lower()
-    key = next((name for name, preset in _PRESETS.items() if preset[0].lower() == key), key)  # a Hugging Face id
-    if key in _PRESETS:
+    key = preset_name(ref)
+    if key is not None:
         hf_id, cfg, published, help_text = _PRESETS[key]
         spec = from_hf_config(cfg, name=key, published_params=published)
         return replace(spec, hf_id=hf_id, help=help_text)

@@ -107,9 +107,7 @@ def cmd_calibrate(args) -> None:
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
         measured = measured_latencies(store.open_store(args.db), args.trace, scenario.model, args.trace_model)
-        report = calibration.fit_trace_held_out(scenario, measured.workload, measured.ttft_s, measured.tpot_s,
-                                                args.holdout, progress=_progress_printer(not args.json))
-        report["warnings"] = [*measured.notes, *report["warnings"]]
+        report = calibration.fit_measured(scenario, measured, args.holdout, _progress_printer(not args.json))
     calibration_file.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],

@@ -306,6 +306,15 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
     return report
 
 
+def fit_measured(scenario: Scenario, measured, holdout: float = HOLDOUT_SHARE,
+                 progress: Callable[[float, str], None] | None = None) -> dict:
+    """:func:`fit_trace_held_out` on a trace's measured requests
+    (:func:`planner.workload.replay.measured_latencies`), its notes on which requests were kept first among the
+    warnings: ``calibrate --trace`` and the Simulate page's fit."""
+    report = fit_trace_held_out(scenario, measured.workload, measured.ttft_s, measured.tpot_s, holdout, progress)
+    return {**report, "warnings": [*measured.notes, *report["warnings"]]}
+
+
 def _trace_quantiles(result) -> np.ndarray:
     return np.concatenate([np.nanquantile(v, _TRACE_QUANTILES) for v in (result.ttft_s, result.tpot_s)
                            if np.isfinite(v).any()])

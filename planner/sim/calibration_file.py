@@ -60,7 +60,7 @@ def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
     """The measured server a calibration file names (None where it names none), its model and GPU as the catalog
     names them, so a hand-written ``Qwen/Qwen3-14B`` or ``H100-SXM`` is the preset it stands for."""
     from planner.catalog.gpus import get_gpu
-    from planner.catalog.presets import get_model
+    from planner.catalog.presets import preset_name
 
     if not all(k in data for k in ("model", "gpu", "tp")):
         return None
@@ -71,10 +71,7 @@ def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
         raise ValueError(f"'tp' must be the measured server's tensor-parallel degree (1, 2, 4, …), not {tp!r}")
     if engine is not None and not isinstance(engine, str):
         raise ValueError(f"'engine' must name the measured server's engine, not {engine!r}")
-    try:
-        model = get_model(model).name if not model.endswith(".json") else model
-    except PlannerError:
-        pass                        # a model read from its config.json, by the name it was given
+    model = preset_name(model) or model     # else a model read from its config.json, by the name it was given
     try:
         gpu = get_gpu(gpu).name
     except PlannerError:

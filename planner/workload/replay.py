@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from planner.catalog.models import ModelSpec
-from planner.catalog.presets import get_model
+from planner.catalog.presets import preset_name
 from planner.errors import PlannerError
 from planner.sim.workload import RATE_RANGE, SimWorkload, poisson_or_gamma, sorted_workload
 from planner.traces import store
@@ -165,9 +165,4 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
 def _names(name: str, model: ModelSpec) -> bool:
     """Whether a trace's model name is ``model``: its preset name or Hugging Face id, either case."""
     key = name.strip().lower()
-    if key and key in (model.name.lower(), (model.hf_id or "").lower()):
-        return True
-    try:
-        return not key.endswith(".json") and get_model(key).name == model.name
-    except PlannerError:
-        return False
+    return bool(key) and (key in (model.name.lower(), (model.hf_id or "").lower()) or preset_name(key) == model.name)
