@@ -122,11 +122,11 @@ def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str, model: Mo
                            "calibrating and comparing latencies need the requests")
     if not info.has_timestamps:
         raise PlannerError(f"trace {info.name!r} has no timestamps: calibrating from latencies needs its arrivals")
-    served = "model" in con.cursor().sql(f"SELECT * FROM {store.requests_view(info.trace_id)} LIMIT 0").columns
-    frame = _replayed(con, info, ", ttft_ms, tpot_ms" + (", model" if served else ""), " AND arrival IS NOT NULL")
+    # every optional field is a column of the view (NULL where the trace has none), the model included
+    frame = _replayed(con, info, ", ttft_ms, tpot_ms, model", " AND arrival IS NOT NULL")
     if frame["ttft_ms"].null_count() == frame.height and frame["tpot_ms"].null_count() == frame.height:
         raise PlannerError(f"trace {info.name!r} has no TTFT or TPOT column: expected measured latencies")
-    frame, notes = _one_server(frame, info.name, model, trace_model) if served else (frame, ())
+    frame, notes = _one_server(frame, info.name, model, trace_model)
     # in arrival order already, so the workload's order (a stable sort by arrival) is the frame's
     workload = _workload(frame, frame["arrival"].to_numpy().astype(float), f"trace {info.name}")
     as_s = [frame[c].cast(float).fill_null(float("nan")).to_numpy() / 1e3 for c in ("ttft_ms", "tpot_ms")]
