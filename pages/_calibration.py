@@ -10,6 +10,46 @@ from planner.sim.calibration_file import file_text, params_from_json
 from planner.sim.cost_model import CostParams
 
 
+@st.cache_data(max_entries=16, show_spinner="Reading measured latencies…")
+def measured_latency(trace_id: str, served_by: str | None = None):
+    """The trace's own TTFT and TPOT per request (seconds, its replay's order; ``served_by``'s requests only where
+    given), or None where it carries none."""
+    from planner.workload.replay import measured_latencies
+
+    try:
+        _, ttft, tpot, _ = measured_latencies(connection(), trace_id, trace_model=served_by)
+    except PlannerError:
+        return None
+    return ttft, tpot
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def served_models(trace_id: str) -> dict[str, int]:
+    """Requests per model the trace's ``model`` column names (:func:`planner.workload.replay.served_models`)."""
+    from planner.workload import replay
+
+    return replay.served_models(connection(), trace_id)
+
+
+ALL_REQUESTS = "all requests"
+
+
+def served_by_choice(column, trace_id: str) -> str | None:
+    """Where the trace names several serving models (several servers' traffic, and latencies measured on each):
+    whose requests the replay takes, chosen in ``column``; None for all of them (the only choice otherwise)."""
+    from pages._scenario import URL          # not at the top: the scenario's widgets import this module
+
+    servers = served_models(trace_id)
+    if len(servers) < 2:
+        return None
+    pick = column.selectbox("Requests served by", [ALL_REQUESTS, *servers], key="served_by", **URL,
+                            help="The trace names the model that served each request: "
+                                 + ", ".join(f"{name} {n:,}" for name, n in servers.items())
+                                 + ". Its latencies were measured on each server: replay one server's requests "
+                                   "to set them beside its latencies and to calibrate to them.")
+    return None if pick == ALL_REQUESTS else pick
+
+
 def show_warning(sentence: str) -> None:
     """A calibration warning (a sentence written to follow "warning:", as the CLI prints it), capitalised."""
     st.warning(sentence[0].upper() + sentence[1:])
@@ -37,22 +77,23 @@ def cost_params() -> CostParams:
     return params
 
 
-def trace_calibration(trace_id: str, scenario, progress=None) -> dict:
-    """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario``
-    (:func:`planner.sim.calibration.fit_measured`), kept per trace and scenario."""
+def trace_calibration(trace_id: str, scenario, served_by: str | None = None, progress=None) -> dict:
+    """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario`` (``--trace-model served_by``;
+    :func:`planner.sim.calibration.fit_measured`), kept per trace, server and scenario."""
     from planner.workload.replay import measured_latencies
 
     def fit() -> dict:
-        return fit_measured(scenario, measured_latencies(connection(), trace_id, scenario.model), progress=progress)
-    return kept(("calibrate", trace_id, scenario.key), fit)
+        measured = measured_latencies(connection(), trace_id, scenario.model, served_by)
+        return fit_measured(scenario, measured, progress=progress)
+    return kept(("calibrate", trace_id, served_by, scenario.key), fit)
 
 
-def calibration_section(info, s) -> None:
-    """The fit to the trace's own latencies: fitted values, error and bias on the part fitted and the part held
-    out, warnings, and the file to download or apply to this session."""
+def calibration_section(info, s, served_by: str | None) -> None:
+    """The fit to the latencies of the trace (of ``served_by``'s requests, where given): fitted values, error and
+    bias on the part fitted and the part held out, warnings, and the file to download or apply to this session."""
     bar = st.progress(0.0, text="calibrating…")
     try:
-        report = trace_calibration(info.trace_id, s, lambda f, msg: bar.progress(min(f, 1.0), text=msg))
+        report = trace_calibration(info.trace_id, s, served_by, lambda f, msg: bar.progress(min(f, 1.0), text=msg))
     except PlannerError as exc:
         bar.empty()
         st.error(str(exc))

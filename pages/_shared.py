@@ -10,7 +10,6 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from planner.charts import workload as charts
-from planner.errors import PlannerError
 from planner.traces import queries, store
 from planner.traces.queries import arrival_times, length_counts
 from planner.traces.samples import ensure_sample
@@ -84,18 +83,6 @@ def rate_table(trace_id: str):
     return charts.rate_table(arrival_times(connection(), trace_id))
 
 
-@st.cache_data(max_entries=16, show_spinner="Reading measured latencies…")
-def measured_latency(trace_id: str):
-    """The trace's own TTFT and TPOT per request (seconds, its replay's order), or None where it carries none."""
-    from planner.workload.replay import measured_latencies
-
-    try:
-        _, ttft, tpot, _ = measured_latencies(connection(), trace_id)
-    except PlannerError:
-        return None
-    return ttft, tpot
-
-
 @st.cache_data(max_entries=16, show_spinner="Reading request lengths…")
 def request_lengths(trace_id: str):
     """Input and output tokens of the trace's non-failed requests."""
@@ -110,7 +97,8 @@ def _sim_workload(trace_id: str, workload: dict):
     if workload["source"] == "synthetic":
         return synthetic(workload["spec"])
     if workload["source"] == "trace replay":
-        return from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"])
+        return from_trace(connection(), trace_id, rate_scale=workload["scale"], shared_prefix=workload["prefix"],
+                          served_by=workload.get("served_by"))
     fits = [length_fit(trace_id, f, None, True)[2] for f in ("input_tokens", "output_tokens")]
     return from_fits(*fits, n=10_000, qps=workload["qps"]).with_shared_prefix(workload["prefix"])
 

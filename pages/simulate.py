@@ -2,11 +2,10 @@
 
 import streamlit as st
 
-from pages._calibration import calibration_section
+from pages._calibration import calibration_section, measured_latency, served_by_choice, served_models
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
-from pages._shared import (measured_latency, pool_edge, require_frame, selected_trace, show_rejections, show_table,
-                           simulation)
+from pages._shared import pool_edge, require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
 from planner.sim.calibration import HOLDOUT_SHARE, latency_errors
@@ -33,11 +32,12 @@ router = c[1].selectbox("Router", routers, index=routers.index(default_router(s.
 if source != "synthetic" and info is None:
     st.info("Select a trace in the sidebar, or use a synthetic workload.")
     st.stop()
+served_by = served_by_choice(c[2], info.trace_id) if source == "trace replay" else None
 
 progress = st.progress(0.0, text="simulating…")
 try:
     choice = {"source": source, "scale": scale, "qps": qps, "spec": spec, "replicas": int(replicas),
-              "router": router, "prefix": shared_prefix()}
+              "router": router, "prefix": shared_prefix(), "served_by": served_by}
     summary, ttft, tpot, holds = simulation(info.trace_id if info else "", s.key, choice, s)
 except PlannerError as exc:
     progress.empty()
@@ -75,8 +75,17 @@ if summary.per_replica:
     show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")
 show_table(summary.bucket_table(), "sim_buckets")
-# a replay of the trace at its own rate is comparable with what the trace measured, where it carries latencies
-measured = measured_latency(info.trace_id) if source == "trace replay" and scale == 1.0 and info else None
+# a replay of the trace at its own rate is comparable with what the trace measured, where it carries latencies and
+# the replay's requests are one server's
+own_load = source == "trace replay" and scale == 1.0
+servers = served_models(info.trace_id) if own_load else {}
+measured = None
+if own_load and len(servers) > 1 and served_by is None:
+    if measured_latency(info.trace_id) is not None:
+        st.caption(f"The trace's latencies were measured on {len(servers)} servers ({', '.join(servers)}): replay "
+                   "one server's requests (Requests served by) to set the replay beside its latencies and calibrate.")
+elif own_load:
+    measured = measured_latency(info.trace_id, served_by)
 if measured is not None:
     st.markdown("**Predicted against the trace's measured latencies**")
     show_table(latency_errors(ttft, tpot, *measured), "sim_vs_measured")
@@ -87,9 +96,9 @@ if measured is not None:
                    "shared prefix to calibrate.")
     else:
         if st.button("Calibrate the cost model to these latencies", key="calibrate"):
-            st.session_state["calibrate_for"] = (info.trace_id, s.key)
-        if st.session_state.get("calibrate_for") == (info.trace_id, s.key):
-            calibration_section(info, s)
+            st.session_state["calibrate_for"] = (info.trace_id, served_by, s.key)
+        if st.session_state.get("calibrate_for") == (info.trace_id, served_by, s.key):
+            calibration_section(info, s, served_by)
 c1, c2 = st.columns(2)
 c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": predicted and measured" if measured
                                                                             else ""), measured), key="sim_cdf")

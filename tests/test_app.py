@@ -310,7 +310,9 @@ def test_simulate_page_replays_the_traces_fitted_lengths(tmp_path, monkeypatch):
 
 
 def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path, monkeypatch):
-    """The sample carries TTFT and TPOT: a replay at its own rate is shown against them, table and CDFs."""
+    """The sample carries TTFT and TPOT, measured on two servers (its model column names llama-3-8b and
+    llama-3-70b): a replay of one server's requests at their own rate is shown against that server's latencies,
+    table and CDFs; a replay of both servers' traffic on one scenario is compared with neither."""
     from planner.sim.calibration import latency_errors
     from planner.workload.replay import measured_latencies
 
@@ -319,17 +321,30 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     at.run()
     at.switch_page("pages/simulate.py").run()
     assert not at.exception
+    assert at.selectbox(key="served_by").options == ["all requests", "llama-3-8b", "llama-3-70b"]
+    assert metrics(at)["Completed"] == "8,350"
+    assert not any("measured_ms" in d.value.columns for d in at.dataframe)
+    assert any(c.value.startswith("The trace's latencies were measured on 2 servers (llama-3-8b, llama-3-70b)")
+               for c in at.caption)
+    at.selectbox(key="served_by").set_value("llama-3-70b").run()
+    assert not at.exception and metrics(at)["Completed"] == "2,429"
     grid = table_with(at, "measured_ms")
     assert list(grid["metric"]) == ["TTFT mean", "TTFT p50", "TTFT p90", "TTFT p99", "TPOT mean", "TPOT p50",
                                     "TPOT p90", "TPOT p99"]
     from pages._shared import connection
-    _, ttft, tpot, _ = measured_latencies(connection(), "sample_chat")
+    _, ttft, tpot, _ = measured_latencies(connection(), "sample_chat", trace_model="llama-3-70b")
     expected = latency_errors(ttft, tpot, ttft, tpot)          # the measured side, from the planner directly
     assert grid["measured_ms"].tolist() == pytest.approx([r["measured_ms"] for r in expected])
     assert (grid["error"] == grid["predicted_ms"] / grid["measured_ms"] - 1).all()
     # a replay sped up is not the trace's own load: nothing to compare with
     at.number_input(key="scale").set_value(2.0).run()
     assert not any("measured_ms" in d.value.columns for d in at.dataframe)
+    # a link naming a model the trace does not: the page replays every request
+    link = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    link.query_params["served_by"] = "gpt-4"
+    link.run()
+    link.switch_page("pages/simulate.py").run()
+    assert not link.exception and metrics(link)["Completed"] == "8,350"
 
 
 def test_traces_page_reads_a_glob_on_the_server_only_where_the_deployment_allows(tmp_path, monkeypatch):
@@ -451,6 +466,7 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     at.query_params["model"], at.query_params["gpu"] = "llama-3-8b", "a100-80gb-sxm"
     at.run()
     at.switch_page("pages/simulate.py").run()
+    at.selectbox(key="served_by").set_value("llama-3-8b").run()
     # a fleet's replay is not what the fit replays (one server, the trace as stored): no button, and why
     at.number_input(key="replicas").set_value(2).run()
     assert not [b for b in at.button if b.key == "calibrate"]

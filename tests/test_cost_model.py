@@ -321,7 +321,7 @@ def test_points_that_cannot_pin_the_parameters_are_refused_or_warned_of(tmp_path
 
 def test_a_measured_trace_is_calibrated_on_the_requests_of_the_model_it_names(tmp_path):
     from planner.traces import store
-    from planner.workload.replay import measured_latencies
+    from planner.workload.replay import measured_latencies, served_models
 
     db = tmp_path / "m.duckdb"
     cli_json("ingest", str(ROOT / "traces" / "sample_chat.csv.gz"), "--quiet", db=db)
@@ -332,7 +332,13 @@ def test_a_measured_trace_is_calibrated_on_the_requests_of_the_model_it_names(tm
     assert small.workload.n == 5921 and np.isfinite(small.ttft_s).all()
     assert small.notes == ("calibrated on the 5,921 requests the trace says llama-3-8b served; 2,429 others left out "
                            "(llama-3-70b: 2,429)",)
-    assert measured_latencies(con, "sample_chat", get_model("mistral-7b"), "llama-3-70b").workload.n == 2429
+    assert served_models(con, "sample_chat") == {"llama-3-8b": 5921, "llama-3-70b": 2429}
+    # one server's latencies, named by the trace, replayed as another model: kept, and said
+    other = measured_latencies(con, "sample_chat", get_model("mistral-7b"), "llama-3-70b")
+    assert other.workload.n == 2429 and other.notes[1] == (
+        "the trace says llama-3-70b served these requests, and they are replayed as mistral-7b: check that this is "
+        "the model they measured")
+    assert len(measured_latencies(con, "sample_chat", LLAMA8, "llama-3-8b").notes) == 1
     with pytest.raises(PlannerError, match="several models .* and none is mistral-7b"):
         measured_latencies(con, "sample_chat", get_model("mistral-7b"))
     with pytest.raises(PlannerError, match="--trace-model 'llama': trace 'sample_chat' names no such model"):

@@ -78,6 +78,26 @@ def test_simulate_a_stored_trace_time_scaled(tmp_path):
     assert at_qps["request_rate_rps"] == pytest.approx(3, rel=0.1)
 
 
+def test_simulate_replays_one_servers_requests_of_a_trace_that_names_several(tmp_path):
+    """The sample's model column says llama-3-8b served 5,954 requests and llama-3-70b 2,443 (of which 33 and 14
+    failed or produced nothing): --trace-model replays one server's, at their own arrivals."""
+    db = tmp_path / "s.duckdb"
+    cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
+    args = ("simulate", "--trace", "sample_chat", *BASE, "--max-model-len", "8192", "--no-kv-margin")
+    both = cli_json(*args, db=db)
+    small = cli_json(*args, "--trace-model", "llama-3-8b", db=db)
+    large = cli_json(*args, "--trace-model", "llama-3-70b", db=db)
+    assert (small["requests"], large["requests"]) == (5921, 2429) and both["requests"] == 8350
+    # the same clock: each server's share of the traffic arrives at its share of the rate
+    assert small["request_rate_rps"] + large["request_rate_rps"] == pytest.approx(both["request_rate_rps"], rel=0.02)
+    assert small["ttft_ms"]["p99"] <= both["ttft_ms"]["p99"]
+    for bad, message in ((["--trace-model", "llama"], "--trace-model 'llama': trace 'sample_chat' names no such "
+                                                      "model; it names llama-3-8b (5,921), llama-3-70b (2,429)"),
+                         (["--trace-model", "llama-3-8b", "--fitted", "--qps", "2"], "not --fitted")):
+        proc = run_cli(*args, *bad, db=db, check=False)
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--synthetic", "requests=10,input=5"], "lacks output, qps"),
     (["--synthetic", "requests=10,input=5,output=x,qps=1"], "output='x'"),

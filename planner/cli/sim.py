@@ -37,6 +37,9 @@ def _workload(args):
         raise PlannerError("give exactly one of --trace TRACE or --synthetic SPEC")
     if args.rate_scale is not None and args.qps is not None:
         raise PlannerError("give --rate-scale or --qps, not both")
+    if args.trace_model is not None and not (args.trace and not args.fitted):
+        raise PlannerError("--trace-model keeps one server's requests of a --trace replay (not --fitted or "
+                           "--synthetic)")
     if args.trace and args.fitted:
         from planner.sim.workload import from_fits
         from planner.workload.fits import fit_length_field
@@ -49,7 +52,7 @@ def _workload(args):
                          args.requests, args.qps, args.arrival_cv, args.seed).with_shared_prefix(args.shared_prefix)
     if args.trace:
         return from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
-                          seed=args.seed, shared_prefix=args.shared_prefix)
+                          seed=args.seed, shared_prefix=args.shared_prefix, served_by=args.trace_model)
     if args.shared_prefix:
         raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes "
                            "prefix=TOKENS:SHARE")
@@ -256,6 +259,9 @@ def add_simulation_commands(command) -> None:
     p.add_argument("--seed", type=whole("a non-negative whole number", low=0, high=2**63 - 1), default=0)
     p.add_argument("--fitted", action="store_true",
                    help="with --trace: draw new requests from the trace's fitted length distributions at --qps")
+    p.add_argument("--trace-model", metavar="NAME",
+                   help="with --trace: replay only the requests whose model column is NAME (one server's traffic, "
+                        "where the trace names several)")
     p.add_argument("--requests", default=10_000, help="requests to draw with --fitted",
                    type=whole(f"a whole number of requests from 1 to {MAX_REQUESTS:,}", low=1, high=MAX_REQUESTS))
     p.add_argument("--arrival-cv", type=FINITE, default=1.0, help="inter-arrival CV with --fitted (1: Poisson)")

@@ -19,10 +19,13 @@ from planner.workload.rates import arrival_rate_rps
 
 
 def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: float | None = None,
-               qps: float | None = None, seed: int = 0, shared_prefix: str | None = None) -> SimWorkload:
+               qps: float | None = None, seed: int = 0, shared_prefix: str | None = None,
+               served_by: str | None = None) -> SimWorkload:
     """A stored trace's non-failed requests: its own arrivals, sped up ``rate_scale`` times or rescaled to ``qps``
     (a trace without timestamps needs ``qps``: Poisson arrivals at that rate), with their prefix identity: the
-    stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared."""
+    stored ``hash_ids``, else derived from sessions, else ``shared_prefix`` (``TOKENS[:SHARE]``) where declared.
+    ``served_by`` keeps only the requests the trace's ``model`` column says that model served (one server's
+    traffic, as :func:`served_models` names it)."""
     info = store.get_trace(con, trace_ref)
     low, high = RATE_RANGE
     if rate_scale is not None and not (math.isfinite(rate_scale) and low <= rate_scale <= high):
@@ -31,8 +34,11 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
         raise PlannerError(f"--qps {qps}: expected a positive, finite request rate from {low:g} to {high:g} "
                            "requests/s")
     if info.layout == "summary":
+        if served_by is not None:
+            raise PlannerError(f"--trace-model {served_by!r}: summary {info.name!r} counts requests, not which "
+                               "model served each")
         return _from_summary(con, info, rate_scale, qps, seed).with_shared_prefix(shared_prefix)
-    frame = _replayed(con, info)
+    frame = _replayed(con, info, served_by=served_by)
     if frame.height == 0:
         raise PlannerError(f"trace {info.name!r} has no completed requests to replay")
     if info.has_timestamps and frame["arrival"].null_count() == 0:
@@ -41,8 +47,31 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
         arrival = poisson_or_gamma(frame.height, qps, np.random.default_rng(seed))
     else:
         raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
-    label = f"trace {info.name}" + (f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
+    label = f"trace {info.name}" + (f" ({served_by}'s requests)" if served_by is not None else "") + (
+        f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     return _workload(frame, arrival, label).with_shared_prefix(shared_prefix)
+
+
+def served_models(con: duckdb.DuckDBPyConnection, trace_ref: str) -> dict[str, int]:
+    """How many of the trace's replayed requests each model its ``model`` column names served (as the column
+    writes it, most first); empty where the trace names none. A trace with several holds several servers'
+    traffic, and latencies measured on several servers."""
+    info = store.get_trace(con, trace_ref)
+    return {} if info.layout == "summary" else _counts(_replayed(con, info, ", model"))
+
+
+def _counts(frame: pl.DataFrame) -> dict[str, int]:
+    """Requests per model name in a frame with a ``model`` column, most first (then by name)."""
+    grouped = frame.drop_nulls("model").group_by("model").len().sort(["len", "model"], descending=[True, False])
+    return dict(grouped.iter_rows())
+
+
+def _served(trace: str, served_by: str, counts: dict[str, int]) -> None:
+    """Refuse a model the trace does not name as serving any of its requests."""
+    if served_by not in counts:
+        listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+        raise PlannerError(f"--trace-model {served_by!r}: trace {trace!r} names no such model; it names "
+                           f"{listed or 'none'}")
 
 
 def _scaled(arrival: np.ndarray, rate_scale: float | None, qps: float | None) -> np.ndarray:
@@ -79,15 +108,21 @@ def _from_summary(con: duckdb.DuckDBPyConnection, info, rate_scale: float | None
     return from_fits(*fits, n=arrival.size, qps=None, seed=seed, arrival_s=arrival, label=label)
 
 
-def _replayed(con: duckdb.DuckDBPyConnection, info, extra: str = "", where: str = "") -> pl.DataFrame:
+def _replayed(con: duckdb.DuckDBPyConnection, info, extra: str = "", where: str = "",
+              served_by: str | None = None) -> pl.DataFrame:
     """The requests a replay takes, in arrival order (rows without one last): lengths, session and hash ids (NULL
-    where the trace has none), plus ``extra`` columns."""
+    where the trace has none), plus ``extra`` columns; only ``served_by``'s where given (refused where the trace
+    names no such model)."""
+    if served_by is not None:
+        _served(info.name, served_by, served_models(con, info.trace_id))
+        where += " AND model = $served_by"
     view = store.requests_view(info.trace_id)
     columns = con.cursor().sql(f"SELECT * FROM {view} LIMIT 0").columns
     session = "session_id" if "session_id" in columns else "NULL::VARCHAR AS session_id"
     hashes = "hash_ids" if "hash_ids" in columns else "NULL AS hash_ids"
-    return con.cursor().sql(f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes}{extra} FROM {view} "
-                            f"WHERE NOT failed AND output_tokens > 0{where} ORDER BY arrival NULLS LAST, \"row\"").pl()
+    sql = (f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes}{extra} FROM {view} "
+           f"WHERE NOT failed AND output_tokens > 0{where} ORDER BY arrival NULLS LAST, \"row\"")
+    return con.cursor().sql(sql, params=None if served_by is None else {"served_by": served_by}).pl()
 
 
 def _workload(frame: pl.DataFrame, arrival: np.ndarray, label: str) -> SimWorkload:
@@ -136,17 +171,19 @@ def measured_latencies(con: duckdb.DuckDBPyConnection, trace_ref: str, model: Mo
 def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
                 trace_model: str | None) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """The requests of one model where the trace names several (see :func:`measured_latencies`)."""
-    counts = dict(frame.drop_nulls("model").group_by("model").len().sort("len", descending=True).iter_rows())
+    counts = _counts(frame)
     listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+    notes = []
     if trace_model is not None:
-        if trace_model not in counts:
-            raise PlannerError(f"--trace-model {trace_model!r}: trace {trace!r} names no such model; it names "
-                               f"{listed or 'none'}")
+        _served(trace, trace_model, counts)
         keep = trace_model
+        if model is not None and not names_model(keep, model):
+            notes.append(f"the trace says {keep} served these requests, and they are replayed as {model.name}: "
+                         "check that this is the model they measured")
     elif model is None or len(counts) == 0:
         return frame, ()
     else:
-        keep = next((name for name in counts if _names(name, model)), None)
+        keep = next((name for name in counts if names_model(name, model)), None)
         if keep is None and len(counts) > 1:
             raise PlannerError(f"trace {trace!r} holds the latencies of several models ({listed}) and none is "
                                f"{model.name}: calibrate on one server's, naming its model (--model, or the "
@@ -156,13 +193,14 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
                            f"as {model.name}: check that its latencies were measured on this model",)
     others = {name: n for name, n in counts.items() if name != keep}
     left = frame.height - counts[keep]
-    note = (f"calibrated on the {counts[keep]:,} requests the trace says {keep} served; "
-            f"{left:,} others left out ({', '.join(f'{name}: {n:,}' for name, n in others.items())}"
-            f"{', no model named' if left > sum(others.values()) else ''})") if left else ""
-    return frame.filter(pl.col("model") == keep), (note,) if note else ()
+    if left:
+        notes.insert(0, f"calibrated on the {counts[keep]:,} requests the trace says {keep} served; {left:,} others "
+                        f"left out ({', '.join(f'{name}: {n:,}' for name, n in others.items())}"
+                        f"{', no model named' if left > sum(others.values()) else ''})")
+    return frame.filter(pl.col("model") == keep), tuple(notes)
 
 
-def _names(name: str, model: ModelSpec) -> bool:
+def names_model(name: str, model: ModelSpec) -> bool:
     """Whether a trace's model name is ``model``: its preset name or Hugging Face id, either case."""
     key = name.strip().lower()
     return bool(key) and (key in (model.name.lower(), (model.hf_id or "").lower()) or preset_name(key) == model.name)
