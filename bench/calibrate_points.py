@@ -5,7 +5,8 @@ Data: ``bench/data/distserve_opt13b_a100/profiler-a100-80g.vllm.json`` (LLMServe
 A100-80GB SXM per model and TP — prefill ``a + b·ΣL + c·ΣL²`` ms over the batch's prompt lengths (plus the 1 ms its
 estimator adds per pipeline stage), decode ``a + b·Σcontext + c·batch`` ms, one coefficient set below 95 sequences and
 one above. Six iterations of OPT-13B at TP 1 (three prefills, three decode batches) are what ``calibrate --points``
-is given; it then predicts prefill and decode steps of OPT-13B at TP 1 and 2 and OPT-66B at TP 4 (54 steps). Prints
+is given; it then predicts prefill and decode steps of OPT-13B at TP 1 and 2 and OPT-66B at TP 4 (54 steps, less
+the three of the six the grid holds on the server they were fitted on: 51). Prints
 the median and worst absolute error with the defaults and calibrated, over all steps and over those whose KV fits the
 server's pool (the others never ran: the fit extrapolates there). Usage: python bench/calibrate_points.py
 """
@@ -25,7 +26,7 @@ from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.calibration import POINT_COLUMNS, fit_points, predict_points  # noqa: E402
-from planner.sim.calibration_file import file_text, params_from_json  # noqa: E402
+from planner.sim.calibration_file import params_from_report  # noqa: E402
 from planner.sim.cost_model import CostParams  # noqa: E402
 
 PROFILE = json.loads((Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100" /
@@ -61,11 +62,13 @@ def scenario(preset: str, tp: int, cost: CostParams = CostParams()) -> Scenario:
                     max_model_len=2048, cost=cost)
 
 
-def errors(cost_for: Callable[[str, str, int], CostParams]) -> pl.DataFrame:
-    """Each predicted step's error, with the cost model ``cost_for(hf_id, preset, tp)`` gives that server."""
+def errors(cost_for: Callable[[str, str, int], CostParams], fitted: set[tuple[str, int]]) -> pl.DataFrame:
+    """Each predicted step's error, with the cost model ``cost_for(hf_id, preset, tp)`` gives that server; on the
+    servers in ``fitted`` (``(preset, tp)``), the steps of :data:`SIX` are left out: they were fitted, not
+    predicted."""
     rows = []
     for hf_id, preset, tp in PREDICTED:
-        frame = points(hf_id, tp, GRID)
+        frame = points(hf_id, tp, [row for row in GRID if (preset, tp) not in fitted or row not in SIX])
         server = scenario(preset, tp, cost_for(hf_id, preset, tp))
         pool_tokens = server.settings.num_blocks * server.settings.block_size
         predicted = predict_points(server, frame)
@@ -87,7 +90,7 @@ def main() -> None:
     hf_id, preset, tp = FITTED[0]
     fit = six_fit(hf_id, preset, tp)
     # as `calibrate -o FILE` writes it and `--calibration FILE` reads it: with the server it was measured on
-    calibrated = params_from_json(file_text(fit, scenario(preset, tp)), "six OPT-13B TP1 iterations")
+    calibrated = params_from_report(fit, scenario(preset, tp), "six OPT-13B TP1 iterations")
     print("calibrated on six OPT-13B TP1 iterations:", {k: round(fit["params"][k], 6) for k in fit["fitted"]},
           f"(in-sample MAPE {fit['mape']:.1%})")
     for warning in fit["warnings"]:
@@ -95,10 +98,14 @@ def main() -> None:
     for warning in scenario("opt-66b", 4, calibrated).calibration_warnings:
         print("applied to OPT-66B at TP 4, warning:", warning)
     # what that warning asks for: each server calibrated on six iterations timed on it
-    own = {(preset, tp): CostParams(**six_fit(hf_id, preset, tp)["params"]) for hf_id, preset, tp in PREDICTED}
-    for label, cost_for in (("defaults", lambda *_: CostParams()), ("calibrated", lambda *_: calibrated),
-                            ("calibrated on each server's own six", lambda _, preset, tp: own[preset, tp])):
-        table = errors(cost_for)
+    own = {(preset, tp): params_from_report(six_fit(hf_id, preset, tp), scenario(preset, tp), f"six {preset} TP{tp}")
+           for hf_id, preset, tp in PREDICTED}
+    # the same steps for the defaults as for the calibration they are compared with
+    fitted_here = {(preset, tp)}
+    for label, cost_for, fitted in (
+            ("defaults", lambda *_: CostParams(), fitted_here), ("calibrated", lambda *_: calibrated, fitted_here),
+            ("calibrated on each server's own six", lambda _, preset, tp: own[preset, tp], set(own))):
+        table = errors(cost_for, fitted)
         by = table.group_by("model", "tp", "kind", maintain_order=True).agg(
             median=pl.col("error").abs().median(), worst=pl.col("error").abs().max(), bias=pl.col("error").median())
         with pl.Config(tbl_rows=20, float_precision=3):

@@ -20,9 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
-from planner.sim.calibration import fit_points, fit_trace  # noqa: E402
+from planner.sim.calibration import fit_points  # noqa: E402
 from planner.sim.cost_model import CostParams  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
+from planner.sim.trace_calibration import fit_trace  # noqa: E402
 from planner.sim.workload import SimWorkload  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "distserve_opt13b_a100"

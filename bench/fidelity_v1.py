@@ -40,11 +40,12 @@ from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
-from planner.sim.calibration import fit_trace  # noqa: E402
+from planner.sim.calibration_file import params_from_report  # noqa: E402
 from planner.sim.pool_margin import pool_margin, queue_holds  # noqa: E402
 from planner.sim.prefix import PrefixIdentity  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402
+from planner.sim.trace_calibration import fit_trace  # noqa: E402
 from planner.sim.workload import SimWorkload  # noqa: E402
 
 DATA_COMMIT = "c4f03409b4489891482bcd63797cfe3a92fc262d"
@@ -180,8 +181,7 @@ def calibrated(run: Run) -> Scenario:
     work = run.work.subset(first)
     tpot = (run.e2e_s[first] - run.ttft_s[first]) / (work.output_tokens - 1)
     report = fit_trace(run.scenario, work, run.ttft_s[first], tpot)
-    return run.scenario.replace(cost=run.scenario.cost.__class__(**{**run.scenario.cost.as_dict(),
-                                                                    **report["params"], "source": "stage 0"}))
+    return run.scenario.replace(cost=params_from_report(report, run.scenario, "stage 0"))
 
 
 def held_servers(runs: list[Run], seed: int = 0) -> list[dict]:

@@ -3,7 +3,7 @@
 No log is fitted here: each case gives only what a user would enter (model, GPU, TP, utilization, max_model_len,
 scheduler limits, weight dtype, the vLLM version: ``--vllm-version``'s profiling rules) and the prediction is
 compared with the published "GPU KV cache size" (or blocks × 16). Sources: GitHub issues and logs collected in
-BENCHMARKS.md; the version rules come from vLLM's source per release (planner.capacity.memory.VLLM_VERSIONS).
+BENCHMARKS.md; the version rules come from vLLM's source per release (planner.catalog.releases.VLLM_VERSIONS).
 Usage: python bench/memory_vs_vllm.py
 """
 
@@ -66,7 +66,7 @@ CASES = [
     Case("Llama-3.3-70B FP8, 2xH100 TP2, v0.19", "llm-d-planner v0.19.0 logs (fp8dyn-llama-3-3-70b--tp2--8192.log)",
          get_model("llama-3.1-70b"), "h100-sxm", 2, 0.95, 8192, 1024, 8192, "fp8", "0.19", 244_304, 79.19),
     Case("Llama-3.1-8B, L4, v0.11", "github.com/abinavChandar/demo_env_l4 vllm.log (GPU from the repo name)",
-         get_model("llama-3.1-8b"), "l4", 1, 0.92, 32000, 128, 2048, "bf16", "0.10", 38_944),
+         get_model("llama-3.1-8b"), "l4", 1, 0.92, 32000, 128, 2048, "bf16", "0.11", 38_944),
     Case("R1-Distill-Qwen-14B, A100-40GB (inferred), v0.8.5",
          "github.com/jayashan10/Deepseek-qwen-deployment vllm_server.log (GPU inferred from the budget)",
          from_hf_config(QWEN_14B, "qwen-14b"), "a100-40gb-sxm", 1, 0.9, 32768, 256, 2048, "bf16", "0.8", 32_832),

@@ -5,9 +5,9 @@ import streamlit as st
 
 from pages._shared import connection, kept, show_table
 from planner.errors import PlannerError
-from planner.sim.calibration import fit_measured
 from planner.sim.calibration_file import file_text, params_from_json
 from planner.sim.cost_model import CostParams
+from planner.sim.trace_calibration import fit_measured
 
 
 @st.cache_data(max_entries=16, show_spinner="Reading measured latencies…")
@@ -79,7 +79,7 @@ def cost_params() -> CostParams:
 
 def trace_calibration(trace_id: str, scenario, served_by: str | None = None, progress=None) -> dict:
     """``calibrate --trace``'s fit on the trace's own TTFT and TPOT in ``scenario`` (``--trace-model served_by``;
-    :func:`planner.sim.calibration.fit_measured`), kept per trace, server and scenario."""
+    :func:`planner.sim.trace_calibration.fit_measured`), kept per trace, server and scenario."""
     from planner.workload.replay import measured_latencies
 
     def fit() -> dict:

@@ -9,11 +9,12 @@ from pathlib import Path
 import streamlit as st
 
 from pages._calibration import cost_params, show_warning
-from planner.capacity.memory import VLLM_VERSIONS, Overheads
+from planner.capacity.memory import Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
+from planner.catalog.releases import VLLM_VERSIONS
 from planner.errors import PlannerError
 from planner.scenario import Scenario, defaults
 from planner.sim.engines import ENGINES
@@ -29,6 +30,7 @@ UPLOADED = "uploaded config.json"
 REMEDIES = {"none": {}, "reserve predicted p75": {"reserve_quantile": 0.75},
             "reserve predicted p95": {"reserve_quantile": 0.95},
             "shortest predicted first": {"priority": "shortest-predicted"}}
+ASYNC = {"as the release does": None, "on": True, "off": False}
 
 
 def model_choice():
@@ -125,11 +127,17 @@ def scenario() -> Scenario:
                               disabled=ENGINES[engine].prefix_caching is None,
                               help="vLLM V1 caches prefixes by default (--no-enable-prefix-caching turns it off). "
                                    + ENGINES[engine].label + ": " + ENGINES[engine].prefix_cache_note)
-        lagged = st.toggle("Async scheduling (vLLM V1)", True, key="async_scheduling", **SHARED,
-                           disabled=engine != "vllm-v1",
-                           help="vLLM ≥ 0.14 fixes a step's batch while the step before it runs: a new request "
-                                "joins one step later (TTFT), the GPU never waits for the scheduler "
-                                "(--no-async-scheduling turns it off)")
+        c = st.columns(2)
+        version = c[0].selectbox("vLLM version", list(VLLM_VERSIONS), list(VLLM_VERSIONS).index("current"),
+                                 key="vllm_version", **SHARED, format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
+                                 help="Releases profile activation and non-torch memory differently (≥ 0.20 "
+                                      "subtracts CUDA-graph memory before sizing the KV cache); ≥ 0.11 replays full "
+                                      "CUDA graphs for decode steps, ≥ 0.14 schedules asynchronously by default")
+        lagged = c[1].selectbox("Async scheduling (vLLM V1)", list(ASYNC), key="async", **SHARED,
+                                disabled=engine != "vllm-v1",
+                                help="A step's batch fixed while the step before it runs: a new request joins one "
+                                     "step later (TTFT), the GPU never waits for the scheduler. vllm serve does it "
+                                     "by default from 0.14 (--no-async-scheduling), opt-in before (--async-scheduling)")
     with st.expander("Memory overheads, startup log and cost model"):
         c = st.columns(4)
         activation = c[0].number_input("Activation peak (GiB)", 0.0, 100.0, None, 0.1, key="act", **SHARED,
@@ -140,12 +148,6 @@ def scenario() -> Scenario:
                                    placeholder="estimated", help="Empty: estimated from the layers and max_num_seqs")
         override = c[3].number_input("num_gpu_blocks override", 1, 100_000_000, None, 1024, key="blocks", **SHARED,
                                      placeholder="computed")
-        version = st.selectbox("vLLM version (memory profiling)", list(VLLM_VERSIONS),
-                               list(VLLM_VERSIONS).index("current"), key="vllm_version", **SHARED,
-                               format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
-                               help="Releases profile activation and non-torch memory differently; vLLM ≥ 0.20 "
-                                    "subtracts estimated CUDA-graph memory before sizing the KV cache, earlier "
-                                    "versions captured graphs outside it")
         log_text = st.text_area("vLLM startup log", key="vllm_log", height=120, persist_state="session",
                                 placeholder="Model loading took 14.99 GiB …\nAvailable KV cache memory: 54.49 GiB …",
                                 help="Fits the overheads (and the GPU's memory) so the plan reproduces this server; "
@@ -161,7 +163,7 @@ def scenario() -> Scenario:
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,
                        max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
-                       prefix_caching=caching, async_scheduling=lagged,
+                       prefix_caching=caching, async_scheduling=ASYNC[lagged],
                        preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",
                        max_new_tokens=max_new, cost=cost, **(REMEDIES[remedy] if engine == "vllm-v1" else {}))
     except PlannerError as exc:

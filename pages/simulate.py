@@ -8,10 +8,11 @@ from pages._scenario import URL, current
 from pages._shared import pool_edge, require_frame, selected_trace, show_rejections, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
-from planner.sim.calibration import HOLDOUT_SHARE, latency_errors
 from planner.sim.engines import get_engine
 from planner.sim.routers import ROUTERS
 from planner.sim.run import default_router
+from planner.sim.trace_calibration import HOLDOUT_SHARE, latency_errors
+from planner.workload.replay import names_model, replayed_as_another
 
 require_frame()
 s, _ = current()
@@ -86,6 +87,10 @@ if own_load and len(servers) > 1 and served_by is None:
                    "one server's requests (Requests served by) to set the replay beside its latencies and calibrate.")
 elif own_load:
     measured = measured_latency(info.trace_id, served_by)
+    if measured is not None and served_by is not None and not names_model(served_by, s.model):
+        note = replayed_as_another(served_by, s.model)
+        st.warning(f"{note[0].upper()}{note[1:]}: the comparison and a calibration describe another model than the "
+                   "one these latencies were measured on.")
 if measured is not None:
     st.markdown("**Predicted against the trace's measured latencies**")
     show_table(latency_errors(ttft, tpot, *measured), "sim_vs_measured")

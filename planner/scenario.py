@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from planner.capacity.memory import (KV_DTYPE_BYTES, Overheads, default_batched_tokens, default_max_num_seqs,
-                                     plan_memory, profiling_rules)
+from planner.capacity.memory import (KV_DTYPE_BYTES, LOG_SOURCE, Overheads, default_batched_tokens,
+                                     default_max_num_seqs, plan_memory)
 from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import WEIGHT_BYTES, ModelSpec
+from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes
+from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
 from planner.sim.engines import ENGINES, EngineSettings
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)      # vLLM's CacheConfig.BlockSize
 PRIORITIES = ("fcfs", "shortest-predicted")
+# a startup log's weights per GPU against the architecture's count: vLLM logs agree within 7% (Llama-3.1-8B bf16
+# 14.99 GiB against 14.96; Llama-3-8B FP8 at TP 2, 4.52 against 4.23, some layers kept in 16 bits); another model,
+# dtype or TP is off by 1.5x or more
+LOG_WEIGHTS_TOLERANCE = 1.15
 # fields whose default depends on others: None asks for it, and the resolved value records that it was asked
-AUTO_FIELDS = ("weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens")
+AUTO_FIELDS = ("weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling")
 # how each field is spelled on the command line (planner.cli.scenario_args registers them; errors name them)
 FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--weight-dtype",
          "kv_cache_dtype": "--kv-cache-dtype", "gpu_memory_utilization": "--gpu-mem-util",
@@ -47,10 +52,11 @@ class Scenario:
 
     Attributes
     ----------
-    weight_dtype, max_model_len, max_num_seqs, max_num_batched_tokens
+    weight_dtype, max_model_len, max_num_seqs, max_num_batched_tokens, async_scheduling
         ``None`` asks for the default (the model's dtype and ``max_position_embeddings``; ``vllm serve``'s limits
-        for the GPU, the budget raised to ``max_model_len`` without chunked prefill); after construction they hold
-        the value that applies and :attr:`auto` names those that were defaulted.
+        for the GPU, the budget raised to ``max_model_len`` without chunked prefill; async scheduling as the vLLM
+        release does, :attr:`release`); after construction they hold the value that applies and :attr:`auto`
+        names those that were defaulted.
     num_gpu_blocks : int, optional
         Overrides the computed KV block count (vLLM's ``--num-gpu-blocks-override``).
     overheads : Overheads
@@ -79,7 +85,7 @@ class Scenario:
     engine: str = "vllm-v1"
     chunked_prefill: bool = True
     prefix_caching: bool = True
-    async_scheduling: bool = True
+    async_scheduling: bool | None = None
     preemption: str = "recompute"
     max_new_tokens: int | None = None
     reserve_quantile: float | None = None
@@ -134,6 +140,11 @@ class Scenario:
             raise PlannerError(f"--reserve-predicted and --priority are remedies of the vllm-v1 engine, not of "
                                f"{engine.name}")
         _check_overheads(self.overheads)
+        self._check_logged_weights()
+        if self.async_scheduling is None:
+            set_(self, "async_scheduling", self.release.async_scheduling)
+        elif not isinstance(self.async_scheduling, bool):
+            raise PlannerError(f"async scheduling {self.async_scheduling!r}: expected true or false")
         _check_cost(self.cost)
         price = _number("price", self.gpu.price_per_hour)
         if price < 0:
@@ -145,6 +156,20 @@ class Scenario:
             raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
                                f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
                                f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")
+
+    def _check_logged_weights(self) -> None:
+        """A startup log's weights are this server's: a log of another model, dtype or TP would size the KV cache
+        with overheads that are not this scenario's, silently."""
+        logged = self.overheads.weights_bytes
+        if self.overheads.source != LOG_SOURCE or logged is None:
+            return
+        expected = math.ceil(weights_bytes(self.model, self.weight_dtype) / self.tp)
+        if not 1 / LOG_WEIGHTS_TOLERANCE <= logged / expected <= LOG_WEIGHTS_TOLERANCE:
+            raise PlannerError(f"--vllm-log: the log loaded {logged / GiB:.2f} GiB of weights per GPU, but "
+                               f"{self.model.name} in {self.weight_dtype} at TP {self.tp} holds "
+                               f"{expected / GiB:.2f} GiB per GPU: the log is another server's (model, weight dtype "
+                               "or TP), and its overheads would size this KV cache wrongly; paste this server's log, "
+                               "or set --model, --weight-dtype and --tp to the logged server's")
 
     def _resolve_limits(self) -> None:
         set_ = object.__setattr__
@@ -172,6 +197,11 @@ class Scenario:
     def memory(self) -> MemoryPlan:
         """vLLM's KV budget for one GPU of the tensor-parallel group (:func:`planner.capacity.memory.plan_memory`)."""
         return plan_memory(self)
+
+    @property
+    def release(self) -> VllmRelease:
+        """The vLLM release range served (``--vllm-version``): its memory profiling and runtime defaults."""
+        return self.overheads.release
 
     @property
     def engine_spec(self):
@@ -246,8 +276,8 @@ class Scenario:
             args.append("--no-chunked-prefill")
         if not self.prefix_caching:
             args.append("--no-prefix-cache")
-        if not self.async_scheduling:
-            args.append("--no-async-scheduling")
+        if "async_scheduling" not in self.auto:
+            args.append("--async-scheduling" if self.async_scheduling else "--no-async-scheduling")
         o = self.overheads
         for flag, value in (("--activation-gib", o.activation_bytes), ("--non-torch-gib", o.non_torch_bytes),
                             ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):
@@ -255,7 +285,7 @@ class Scenario:
                 args += [flag, repr(value / GiB)]
         if o.vllm_version != "current":
             args += ["--vllm-version", o.vllm_version]
-        if o.cudagraph_counted is not None and o.cudagraph_counted != o.rules.cudagraphs_counted:
+        if o.cudagraph_counted is not None and o.cudagraph_counted != o.release.cudagraphs_counted:
             args += ["--cudagraphs", "counted" if o.cudagraph_counted else "outside"]
         preset = GPUS.get(self.gpu.name)
         if preset is not None and preset.memory_bytes != self.gpu.memory_bytes:
@@ -316,7 +346,7 @@ def _choice(name: str, value, options) -> None:
 
 
 def _check_overheads(overheads: Overheads) -> None:
-    profiling_rules(overheads.vllm_version)       # a release the rules know
+    vllm_release(overheads.vllm_version)          # a release the catalog knows
     for name in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes", "weights_bytes"):
         value = getattr(overheads, name)
         if value is not None and (not math.isfinite(value) or value < 0):

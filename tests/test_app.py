@@ -313,7 +313,7 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     """The sample carries TTFT and TPOT, measured on two servers (its model column names llama-3-8b and
     llama-3-70b): a replay of one server's requests at their own rate is shown against that server's latencies,
     table and CDFs; a replay of both servers' traffic on one scenario is compared with neither."""
-    from planner.sim.calibration import latency_errors
+    from planner.sim.trace_calibration import latency_errors
     from planner.workload.replay import measured_latencies
 
     monkeypatch.setenv("PLANNER_DB", str(tmp_path / "measured.duckdb"))
@@ -336,6 +336,9 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     expected = latency_errors(ttft, tpot, ttft, tpot)          # the measured side, from the planner directly
     assert grid["measured_ms"].tolist() == pytest.approx([r["measured_ms"] for r in expected])
     assert (grid["error"] == grid["predicted_ms"] / grid["measured_ms"] - 1).all()
+    # the scenario's model (llama-3-8b) is not the one that server ran: the page says so, as the CLI does
+    [warning] = [w.value for w in at.warning if "replayed as" in w.value]
+    assert warning.startswith("The trace says llama-3-70b served these requests, and they are replayed as llama-3-8b")
     # a replay sped up is not the trace's own load: nothing to compare with
     at.number_input(key="scale").set_value(2.0).run()
     assert not any("measured_ms" in d.value.columns for d in at.dataframe)
@@ -458,7 +461,7 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     from planner.catalog.gpus import get_gpu
     from planner.catalog.presets import get_model
     from planner.scenario import Scenario
-    from planner.sim.calibration import fit_trace_held_out
+    from planner.sim.trace_calibration import fit_trace_held_out
     from planner.workload.replay import measured_latencies
 
     monkeypatch.setenv("PLANNER_DB", str(tmp_path / "calibrate.duckdb"))

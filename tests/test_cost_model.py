@@ -8,18 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from helpers import ROOT, cli_json, run_cli
 
+from planner.capacity.memory import Overheads
 from planner.catalog.gpus import get_gpu
 from planner.catalog.models import weights_bytes
 from planner.catalog.presets import get_model
 from planner.errors import PlannerError
 from planner.scenario import Scenario
-from planner.sim.calibration import fit_points, fit_trace, predict_points, read_points
+from planner.sim.calibration import fit_points, predict_points, read_points
 from planner.sim.calibration_file import params_from_json
 from planner.sim.cost_model import CostParams, batch_aggregates, predict_step, step_seconds
 from planner.sim.run import simulate
+from planner.sim.trace_calibration import fit_trace
 from planner.sim.workload import synthetic
 
 LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
@@ -119,8 +122,8 @@ def test_step_cli_contract(tmp_path):
 TRUTH = CostParams(mfu=0.42, mbu=0.68, step_overhead_s=3e-4, seq_overhead_s=8e-6)
 
 
-def measured_points(path):
-    c = S(cost=TRUTH).coefficients.as_tuple()
+def measured_points(path, truth=TRUTH):
+    c = S(cost=truth).coefficients.as_tuple()
     rows = ["prefill_tokens,prefill_count,decode_count,decode_context,step_ms"]
     for p in (128, 512, 2048):
         for count in (1, 4):
@@ -243,8 +246,8 @@ def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transf
     elsewhere = params_from_json(json.dumps({**body, "gpu": "h100-sxm"}), "h100.json")
     assert not any("kept from" in w for w in fit_points(S(cost=elsewhere), read_points(tmp_path / "p.csv"))["warnings"])
     # a trace fit sets MFU and MBU only: the overheads it keeps are named
-    from planner.sim.calibration import _inherited
-    kept = _inherited(S(cost=elsewhere), ("mfu", "mbu"))
+    from planner.sim.calibration import inherited
+    kept = inherited(S(cost=elsewhere), ("mfu", "mbu"))
     assert len(kept) == 1 and "its step_overhead_s, seq_overhead_s are that GPU's" in kept[0]
     # and the TP degrees and GPUs a recommendation searches are each warned of, once; a degree the model cannot
     # take (3) is skipped
@@ -347,7 +350,7 @@ def test_a_measured_trace_is_calibrated_on_the_requests_of_the_model_it_names(tm
 
 
 def test_a_held_out_split_needs_latencies_on_both_sides(tmp_path):
-    from planner.sim.calibration import fit_trace_held_out
+    from planner.sim.trace_calibration import fit_trace_held_out
     from planner.sim.calibration_file import file_text
 
     work = synthetic("requests=60,input=uniform:100:600,output=uniform:20:100,qps=2,seed=3")
@@ -359,6 +362,28 @@ def test_a_held_out_split_needs_latencies_on_both_sides(tmp_path):
     # a file with an undefined figure is still strict JSON (null, not NaN)
     text = file_text({"params": {"mfu": 0.5}, "residuals": [{"error": float("nan")}]}, S())
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c))["residuals"] == [{"error": None}]
+
+
+def test_trace_calibration_warns_of_an_unmeasured_metric_and_of_a_held_out_gap():
+    from planner.sim.trace_calibration import fit_trace_held_out
+
+    truth = CostParams(mfu=0.42, mbu=0.68)
+    work = synthetic("requests=200,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
+    replay = simulate(work, S(max_model_len=8192, cost=truth))
+    server = S(max_model_len=8192)
+    # TTFT only: MBU is fitted through TTFT alone, and the report says so; the held-out part is predicted well
+    ttft_only = fit_trace_held_out(server, work, replay.ttft_s, np.full(work.n, np.nan))
+    assert [w for w in ttft_only["warnings"] if w.startswith("no ")] == [
+        "no TPOT is measured: mbu, which TPOT mostly sets, was fitted through TTFT alone; check the file's TPOT "
+        "predictions against a trace that measures it, or calibrate on timed iterations (--points)"]
+    assert not any("held-out arrivals" in w for w in ttft_only["warnings"])
+    # the server slowed down by half after the fitted part: the held-out error is far above the in-sample one
+    slower = np.arange(work.n) >= 140
+    gap = fit_trace_held_out(server, work, np.where(slower, 1.5, 1.0) * replay.ttft_s,
+                             np.where(slower, 1.5, 1.0) * replay.tpot_s)
+    held, fitted = gap["held_out"]["median_abs_error"], gap["in_sample"]["median_abs_error"]
+    assert held > 2 * fitted and held > 0.05
+    assert any(w.startswith(f"the held-out arrivals are predicted at {held:.1%} median error") for w in gap["warnings"])
 
 
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
@@ -378,6 +403,9 @@ def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
     assert obj["params"]["mfu"] == pytest.approx(0.42, rel=0.05)
     assert obj["params"]["mbu"] == pytest.approx(0.68, rel=0.05)
     assert obj["mape"] < 0.05 and len(obj["residuals"]) == 38
+    # each residual names its quantile: p5-p95 of TTFT, then of TPOT, measured as the trace has them
+    assert [(r["metric"], r["quantile"]) for r in obj["residuals"][18:20]] == [("TTFT", 0.95), ("TPOT", 0.05)]
+    assert obj["residuals"][9]["measured_ms"] == pytest.approx(np.quantile(replay.ttft_s[:350], 0.5) * 1e3, rel=1e-6)
     # fitted on the first 350 arrivals, then the whole trace replayed: the last 150 are predicted, not fitted
     assert obj["in_sample"]["requests"] == 350 and obj["held_out"]["requests"] == 150
     assert obj["held_out"]["median_abs_error"] < 0.03 and abs(obj["held_out"]["bias"]) < 0.03
@@ -396,11 +424,39 @@ def test_calibration_names_the_parameters_the_data_cannot_pin_down(tmp_path):
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
     fit = fit_points(S(), read_points(tmp_path / "d.csv"))
     # and the fixed costs (0.3 ms and 8 µs per sequence beside ~12 ms of weights) are as loose; MBU is pinned
-    assert [w.split(" ")[0] for w in fit["warnings"]] == ["mfu", "step_overhead_s", "seq_overhead_s"]
-    assert all("poorly constrained" in w for w in fit["warnings"])
+    assert fit["warnings"][0].startswith("no prefill rows: mfu")
+    assert [w.split(" ")[0] for w in fit["warnings"][1:]] == ["mfu", "step_overhead_s", "seq_overhead_s"]
+    assert all("poorly constrained" in w for w in fit["warnings"][1:])
     # with prefill rows MFU is pinned; overheads this small stay below timing noise even then
     full = fit_points(S(), read_points(measured_points(tmp_path / "p.csv")))["warnings"]
     assert [w.split(" ")[0] for w in full] == ["step_overhead_s", "seq_overhead_s"]
+
+
+def test_step_times_the_model_cannot_follow_are_refused_and_a_missing_kind_of_row_named(tmp_path):
+    good = read_points(measured_points(tmp_path / "p.csv"))
+    # step_ms in seconds: no setting follows them, and their scale to the scenario's own prediction says why
+    for factor, unit in ((1e-3, "seconds"), (1e3, "microseconds")):
+        with pytest.raises(PlannerError, match=f"still misses these step times .* they read like {unit}"):
+            fit_points(S(), good.with_columns(pl.col("step_ms") * factor))
+    # prefill rows only: MBU was fitted on them alone, and the report says so first
+    prefills = fit_points(S(), good.filter(pl.col("prefill_count") > 0))
+    assert prefills["warnings"][0].startswith("no decode rows: mbu")
+    assert not any(w.startswith("no prefill rows") for w in prefills["warnings"])
+    assert not any(w.startswith("no ") for w in fit_points(S(), good)["warnings"])
+
+
+def test_an_overhead_fitted_to_zero_is_bounded_not_called_untrustworthy(tmp_path):
+    # no per-step cost at all: a relative 10% probe of ~0 moves nothing, yet the rows bound it from above. The
+    # bound is the value that moves the most sensitive row by 1%: a constant per step is 1% of the shortest step
+    path = measured_points(tmp_path / "z.csv", CostParams(mfu=0.45, mbu=0.7, step_overhead_s=0.0, seq_overhead_s=40e-6))
+    fit = fit_points(S(), read_points(path))
+    assert fit["params"]["seq_overhead_s"] == pytest.approx(40e-6, rel=0.01)
+    assert fit["params"]["step_overhead_s"] < 2e-6
+    [step] = [w for w in fit["warnings"] if w.startswith("step_overhead_s")]
+    assert "indistinguishable from 0" in step and "poorly constrained" not in step
+    bound_s = float(step.split("below ")[1].split(",")[0])
+    shortest_s = read_points(path)["step_ms"].min() / 1e3
+    assert bound_s == pytest.approx(0.01 * shortest_s, rel=0.02)
 
 
 def test_trace_calibration_can_profile_the_kv_pool():
@@ -443,17 +499,39 @@ def test_a_step_with_prefill_pays_the_piecewise_graphs_and_attention_grows_with_
     mixed = _terms(scenario, [(1, 1000)], [(31, 1000)])            # one decode replaced by a 1-token chunk
     assert mixed[2] - decode[2] == pytest.approx(32 * 16e-6)       # 32 layers × 16 µs (vllm PR #16072)
     assert mixed[1] == pytest.approx(decode[1]) and mixed[0] == pytest.approx(decode[0])
+    # V1 before 0.11 ran decode steps piecewise too: they pay what mixed steps pay, which then pay no more
+    piecewise = scenario.replace(overheads=Overheads(vllm_version="0.10"))
+    assert _terms(piecewise, [], [(32, 1000)])[2] == pytest.approx(mixed[2])
+    assert _terms(piecewise, [(1, 1000)], [(31, 1000)])[2] == pytest.approx(mixed[2])
+    assert scenario.replace(overheads=Overheads(vllm_version="0.11")).coefficients == c
     # the KV a decode batch reads: linear in context; a chunk's attention FLOPs: quadratic in its length
     longer = _terms(scenario, [], [(32, 3000)])
     assert longer[1] - decode[1] == pytest.approx(32 * 2000 * c.kv_bytes_per_token * c.s_per_byte)
     pairs = [batch_aggregates([(n, 0)], [])[1] for n in (1000, 2000)]
     assert pairs == [1000 * 1001 / 2, 2000 * 2001 / 2]
+    # a chunk after computed context attends to all of it too: 512 queries × 1,024 earlier keys more
+    assert batch_aggregates([(512, 1024)], [])[1] == 512 * 1024 + 512 * 513 / 2
+
+
+def test_quantized_weights_compute_at_the_peak_their_kernels_reach():
+    # a 2,048-token prefill is compute-bound: its compute time scales with 1 / peak. FP8 runs W8A8 at twice the
+    # 16-bit peak on Hopper, but weight-only (FP8 Marlin) on Ampere, which has no FP8 tensor cores; INT8 W8A8
+    # runs on INT8 tensor cores on both; INT4 (W4A16) computes in 16 bits
+    def compute_ms(gpu, dtype):
+        return predict_step(S(gpu=get_gpu(gpu), weight_dtype=dtype), [(2048, 0)], [])["compute_ms"]
+
+    for gpu, fp8_speedup in (("h100-sxm", 2.0), ("a100-80gb-sxm", 1.0), ("l40s", 733 / 362)):
+        bf16 = compute_ms(gpu, "bf16")
+        assert bf16 / compute_ms(gpu, "fp8") == pytest.approx(fp8_speedup, rel=1e-3)
+        assert bf16 / compute_ms(gpu, "int4") == pytest.approx(1.0)
+    assert compute_ms("a100-80gb-sxm", "bf16") / compute_ms("a100-80gb-sxm", "int8") == pytest.approx(2.0)
+    assert compute_ms("h100-sxm", "bf16") / compute_ms("h100-sxm", "int8") == pytest.approx(1979 / 989)
 
 
 def test_all_reduce_floor_by_gpu_engine_and_tensor_parallelism():
     # two all-reduces per layer, each log2(tp) rounds of the GPU's floor: H100 NVLink 10 µs; A100 NVLink 12.8 µs
-    # (the H100's × 1.281) where vLLM V1 captures its custom all-reduce in CUDA graphs, 25 µs where an engine
-    # calls NCCL eagerly (vLLM V0); a PCIe GPU has no graph floor of its own
+    # (the H100's × 1.281) where vLLM V1 captures its custom all-reduce in CUDA graphs, 25 µs on either where an
+    # engine calls NCCL eagerly (vLLM V0); a PCIe GPU has no graph floor of its own
     llama70 = get_model("llama-3-70b")
     h2, h4, h8 = (S(llama70, get_gpu("h100-sxm"), tp=t).coefficients.comm_fixed_s for t in (2, 4, 8))
     assert h2 == pytest.approx(2 * 80 * 10e-6) and h4 == pytest.approx(2 * h2) and h8 == pytest.approx(3 * h2)
@@ -461,7 +539,9 @@ def test_all_reduce_floor_by_gpu_engine_and_tensor_parallelism():
     assert S(llama70, get_gpu("a100-40gb-sxm"), tp=4).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 12.81e-6 * 2)
     assert S(llama70, A100, tp=2, engine="vllm-v0").coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
     assert S(llama70, get_gpu("a100-80gb-pcie"), tp=2).coefficients.comm_fixed_s == pytest.approx(2 * 80 * 25e-6)
-    assert S(llama70, get_gpu("h100-sxm"), tp=2, engine="vllm-v0").coefficients.comm_fixed_s == pytest.approx(h2)
+    # an engine that calls NCCL eagerly pays the eager floor on Hopper too, not V1's captured one
+    assert S(llama70, get_gpu("h100-sxm"), tp=2, engine="vllm-v0").coefficients.comm_fixed_s == \
+        pytest.approx(2 * 80 * 25e-6)
     assert S(llama70, A100, tp=2, cost=CostParams(allreduce_latency_s=5e-6)).coefficients.comm_fixed_s == \
         pytest.approx(2 * 80 * 5e-6)
     assert S(LLAMA8, A100).coefficients.comm_fixed_s == 0
@@ -475,6 +555,10 @@ def test_the_client_sees_the_frontend_on_top_of_the_engine():
     assert fronted.ttft_s[0] - plain.ttft_s[0] == pytest.approx(0.006, abs=1e-12)
     assert fronted.e2e_s[0] - plain.e2e_s[0] == pytest.approx(0.006, abs=1e-12)
     assert fronted.tpot_s[0] == pytest.approx(plain.tpot_s[0], abs=1e-12)
+    # other engines' frontends are not modelled: the parameter changes nothing there
+    for engine in ("vllm-v0", "tgi"):
+        v0 = S(engine=engine, cost=CostParams(frontend_s=0.0))
+        assert simulate(work, v0.replace(cost=CostParams(frontend_s=0.006))).ttft_s[0] == simulate(work, v0).ttft_s[0]
 
 
 def test_tensor_parallel_steps_pay_the_engines_coordination():
@@ -491,7 +575,7 @@ def test_tensor_parallel_steps_pay_the_engines_coordination():
 def test_calibration_says_when_the_scenario_cannot_be_the_measured_server():
     # latencies measured on an H100, calibrated as if they came from an A100: even at full compute and bandwidth
     # the A100's steps are too slow, so the fit ends on a bound and the report says so
-    from planner.sim.calibration import fit_trace_held_out
+    from planner.sim.trace_calibration import fit_trace_held_out
 
     work = synthetic("requests=300,input=uniform:100:800,output=uniform:50:200,qps=2,seed=4")
     measured = simulate(work, S(gpu=get_gpu("h100-sxm"), max_model_len=8192))

@@ -230,18 +230,24 @@ def test_config_json_nonsense_is_refused(capsys, tmp_path, change, named):
     assert named in refused(capsys, "memory", "--model", str(path), "--gpu", "a100-80gb-sxm")
 
 
-@pytest.mark.parametrize("params", [{"step_overhead_s": -1}, {"mfu": "fast"}, {"mfu": 0}])
+@pytest.mark.parametrize("params", [{"step_overhead_s": -1}, {"mfu": "fast"}, {"mfu": 0}, {"bogus": 1}])
 def test_calibration_nonsense_is_refused(capsys, tmp_path, params):
     path = write(tmp_path / "c.json", json.dumps({"params": params}))
-    assert next(iter(params)) in refused(capsys, "simulate", "--synthetic", "requests=5,input=8,output=2,qps=1",
-                                         *MODEL, "--calibration", str(path))
+    line = refused(capsys, "simulate", "--synthetic", "requests=5,input=8,output=2,qps=1", *MODEL,
+                   "--calibration", str(path))
+    assert next(iter(params)) in line and "__init__" not in line
 
 
-def test_points_with_negative_or_fractional_counts_are_refused(capsys, tmp_path):
+@pytest.mark.parametrize("row, named", [("-512,1,0,0,20", "a negative, fractional or non-finite count"),
+                                        ("512,1,0,0,nan", "a step_ms that is not a positive number"),
+                                        ("512,1,0,0,0", "a step_ms that is not a positive number"),
+                                        ("0,0,0,0,20", "no tokens")])
+def test_points_with_nonsense_rows_are_refused_naming_the_line(capsys, tmp_path, row, named):
     path = write(tmp_path / "p.csv", "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n"
-                 + "512,1,0,0,20\n" * 6 + "-512,1,0,0,20\n")
+                 + "512,1,0,0,20\n" * 6 + row + "\n")
     out = tmp_path / "c.json"
-    assert "line 8" in refused(capsys, "calibrate", *MODEL, "--points", str(path), "-o", str(out))
+    line = refused(capsys, "calibrate", *MODEL, "--points", str(path), "-o", str(out))
+    assert f"line 8 holds {named}" in line, line
     assert not out.exists()
 
 

@@ -78,6 +78,8 @@ def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     (row,) = recommend(seed_search, [SLOClass("impossible", "ttft", 99, 1.0)])
     assert not row.feasible and row.max_qps_per_replica == 0 and row.replicas_for_peak is None
     assert row.predicted["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
+    # at no rate does it serve the class: no cost per token (its light-load throughput would invent one)
+    assert row.throughput_tok_s > 0 and row.cost_per_million_output_tokens is None
 
 
 def test_parse_slo():

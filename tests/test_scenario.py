@@ -63,7 +63,13 @@ def test_tp_degrees_follow_vllms_head_rules():
 def test_defaults_resolve_once_and_replace_resolves_them_again():
     s = Scenario(LLAMA8, A100)
     assert (s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.weight_dtype) == (8192, 256, 2048, "bf16")
-    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens"}
+    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling"}
+    # async scheduling as the release does: vllm serve's default from 0.14, opt-in before; re-resolved with it
+    assert s.async_scheduling is True
+    assert s.replace(overheads=Overheads(vllm_version="0.13")).async_scheduling is False
+    assert s.replace(overheads=Overheads(vllm_version="0.15")).async_scheduling is True
+    assert Scenario(LLAMA8, A100, async_scheduling=True).replace(
+        overheads=Overheads(vllm_version="0.10")).async_scheduling is True                 # as entered
     on_h100 = s.replace(gpu=get_gpu("h100-sxm"))                # vllm serve's large-GPU limits
     assert (on_h100.max_num_seqs, on_h100.max_num_batched_tokens) == (1024, 8192)
     pinned = Scenario(LLAMA8, A100, max_num_seqs=64).replace(gpu=get_gpu("h100-sxm"))
@@ -78,7 +84,11 @@ def test_every_layer_reads_the_same_dtypes():
     base = Scenario(LLAMA8, A100)
     assert fp8.coefficients.kv_bytes_per_token == base.coefficients.kv_bytes_per_token / 2
     assert fp8.coefficients.weight_bytes < 0.6 * base.coefficients.weight_bytes        # embeddings stay 16-bit
-    assert fp8.coefficients.s_per_flop == base.coefficients.s_per_flop / 2              # fp8 peak: 624 TFLOPS
+    # the A100 has no FP8 tensor cores: vLLM runs FP8 weights there weight-only, at the 16-bit peak
+    assert fp8.coefficients.s_per_flop == base.coefficients.s_per_flop
+    h100 = get_gpu("h100-sxm")
+    assert Scenario(LLAMA8, h100, weight_dtype="fp8").coefficients.s_per_flop == pytest.approx(
+        Scenario(LLAMA8, h100).coefficients.s_per_flop * 989 / 1979)                      # FP8 1,979 TFLOPS
     assert fp8.settings.num_blocks == fp8.memory.num_blocks > 2 * base.memory.num_blocks
 
 
@@ -109,6 +119,24 @@ def test_the_reproduce_flags_rebuild_the_same_scenario():
     again = scenario_from_args(build_parser().parse_args(["memory", *older.cli_args()]))
     assert again.memory == older.memory and again.settings == older.settings and not again.async_scheduling
     assert again.settings.async_scheduling is False and Scenario(LLAMA8, A100).settings.async_scheduling is True
+    # a release's own default travels as the release alone; the opt-in of an older one as its flag
+    old = Overheads(vllm_version="0.10")
+    assert "async-scheduling" not in shlex.join(Scenario(LLAMA8, A100, overheads=old).cli_args())
+    opted = Scenario(LLAMA8, A100, overheads=old, async_scheduling=True)
+    assert "--async-scheduling" in opted.cli_args()
+    assert scenario_from_args(build_parser().parse_args(["memory", *opted.cli_args()])).async_scheduling is True
+
+
+def test_a_startup_log_of_another_server_is_refused():
+    # Llama-3.1-8B's log (14.99 GiB of weights) is its server's; applied to Llama-3-70B at TP 4 (32.85 GiB per
+    # GPU) it would have given that scenario a KV pool half again too large
+    log = "Model loading took 14.99 GiB memory\nAvailable KV cache memory: 54.49 GiB\ntotal_memory=79.19GiB\n"
+    gpu, overheads = overheads_from_log(log, get_gpu("h100-sxm"), 0.9)
+    assert Scenario(get_model("llama-3.1-8b"), gpu, overheads=overheads).memory.weights_bytes_per_gpu == \
+        int(round(14.99 * 1024**3))
+    for model, tp, dtype in (("llama-3-70b", 4, None), ("llama-3.1-8b", 2, None), ("llama-3.1-8b", 1, "fp8")):
+        with pytest.raises(PlannerError, match="the log loaded 14.99 GiB of weights per GPU, but"):
+            Scenario(get_model(model), gpu, tp=tp, weight_dtype=dtype, overheads=overheads)
 
 
 @pytest.mark.parametrize("command", ["memory", "step", "simulate", "calibrate", "recommend", "report"])

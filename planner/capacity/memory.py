@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import ModelSpec, param_count, weights_bytes
+from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -53,54 +54,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str = "auto", tp: int =
     return model.layers * kv_bytes_per_token_per_layer(model, kv_dtype_bytes(kv_cache_dtype), tp)
 
 
-@dataclass(frozen=True)
-class ProfilingRules:
-    """How one range of vLLM releases sizes the KV cache: its profiling run's activation peak, the non-torch
-    memory it counts, and whether CUDA graphs come out of the budget.
-
-    Read from vLLM's source of each release (``determine_num_available_blocks`` / ``determine_available_memory``,
-    ``profile_run``, ``_dummy_sampler_run``) and fitted to published startup logs (BENCHMARKS.md, "Memory"). The
-    profiling run's sampler holds ``min(max_num_seqs, max_num_batched_tokens)`` rows of full-vocabulary fp32 logits
-    on every rank (the vocabulary is gathered before sampling, so tensor parallelism does not divide it): top-k/top-p
-    by sorting keeps about 9.5 copies at the peak (eleven logs: 9.2-9.8), the FlashInfer and Triton kernels about
-    3.5 (3.5-3.6).
-    """
-
-    label: str
-    sampler_copies: float          # fp32 logits copies at the sampler's peak
-    forward_bytes_per_token_hidden: int   # activation bytes per batched token per hidden unit
-    floor_bytes: int
-    non_torch_single_bytes: int    # one GPU
-    non_torch_nvlink_bytes: int    # TP over NVLink (NCCL, custom or symmetric-memory all-reduce buffers)
-    non_torch_pcie_bytes: int      # TP without peer-to-peer (custom all-reduce off)
-    cudagraphs_counted: bool
-
-
-def _gib(x: float) -> int:
-    return int(x * GiB)
-
-
-# release range -> rules; "current" is what `vllm serve` does today
-VLLM_VERSIONS = {
-    "0.6": ProfilingRules("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False),
-    "0.8": ProfilingRules("V1 0.7-0.9.0 (counts the CUDA context)", 9.5, 4, _gib(0.05), _gib(0.5), _gib(1.0),
-                          _gib(0.6), False),
-    "0.10": ProfilingRules("V1 0.9.1-0.11 (FlashInfer sampler, as in the vllm-openai images)", 3.5, 4, _gib(0.05),
-                           _gib(0.1), _gib(0.55), _gib(0.1), False),
-    "0.15": ProfilingRules("V1 0.12-0.16 (sorting sampler)", 9.5, 4, _gib(0.05), _gib(0.1), _gib(0.55), _gib(0.1),
-                           False),
-    "0.19": ProfilingRules("V1 0.17-0.19 (Triton sampler; graphs estimated, not subtracted)", 3.5, 4, _gib(0.15),
-                           _gib(0.25), _gib(2.1), _gib(0.2), False),
-    "current": ProfilingRules("V1 0.20 and later (CUDA graphs subtracted)", 3.5, 4, _gib(0.15), _gib(0.25),
-                              _gib(2.1), _gib(0.2), True),
-}
-
-
-def profiling_rules(version: str) -> ProfilingRules:
-    """The rules of ``--vllm-version`` (a key of :data:`VLLM_VERSIONS`)."""
-    if version not in VLLM_VERSIONS:
-        raise PlannerError(f"--vllm-version {version!r}: expected one of {', '.join(VLLM_VERSIONS)}")
-    return VLLM_VERSIONS[version]
+LOG_SOURCE = "fitted from log"      # Overheads.source of overheads fitted to a vLLM startup log
 
 
 @dataclass(frozen=True)
@@ -122,7 +76,8 @@ class Overheads:
     weights_bytes : int or None
         Weights per GPU as loaded ("Model loading took"); None: computed from the architecture.
     vllm_version : str
-        The release range whose profiling rules estimate what is not given (:data:`VLLM_VERSIONS`).
+        The vLLM release range whose profiling rules estimate what is not given
+        (:data:`planner.catalog.releases.VLLM_VERSIONS`); its runtime defaults apply to the scenario too.
     """
 
     activation_bytes: int | None = None
@@ -134,24 +89,24 @@ class Overheads:
     source: str = field(default="defaults", compare=False)
 
     @property
-    def rules(self) -> ProfilingRules:
-        return profiling_rules(self.vllm_version)
+    def release(self) -> VllmRelease:
+        return vllm_release(self.vllm_version)
 
     @property
     def graphs_counted(self) -> bool:
         """Whether CUDA graphs come out of the budget: as entered, else as the version does."""
-        return self.rules.cudagraphs_counted if self.cudagraph_counted is None else self.cudagraph_counted
+        return self.release.cudagraphs_counted if self.cudagraph_counted is None else self.cudagraph_counted
 
 
 def activation_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int,
-                          rules: ProfilingRules) -> int:
+                          release: VllmRelease) -> int:
     """Estimated torch activation peak of vLLM's profiling run: a forward over ``max_num_batched_tokens`` tokens
     and a dummy sampler over ``min(max_num_seqs, max_num_batched_tokens)`` rows of full-vocabulary fp32 logits
-    (:class:`ProfilingRules`), the same on every rank."""
+    (:class:`planner.catalog.releases.VllmRelease`), the same on every rank."""
     rows = min(max_num_seqs, max_num_batched_tokens)
-    sampler = rules.sampler_copies * rows * model.vocab * 4
-    forward = max_num_batched_tokens * model.hidden * rules.forward_bytes_per_token_hidden
-    return int(sampler + forward + rules.floor_bytes)
+    sampler = release.sampler_copies * rows * model.vocab * 4
+    forward = max_num_batched_tokens * model.hidden * release.forward_bytes_per_token_hidden
+    return int(sampler + forward + release.floor_bytes)
 
 
 def cudagraph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
@@ -160,11 +115,11 @@ def cudagraph_bytes(model: ModelSpec, max_num_seqs: int) -> int:
     return int((0.1 + 0.023 * model.layers) * (0.5 + 0.5 * min(max_num_seqs, 512) / 512) * GiB)
 
 
-def non_torch_bytes(tp: int, gpu: GPU, rules: ProfilingRules) -> int:
+def non_torch_bytes(tp: int, gpu: GPU, release: VllmRelease) -> int:
     """Default non-torch growth: one GPU's, or under TP the all-reduce buffers' over NVLink or without it."""
     if tp == 1:
-        return rules.non_torch_single_bytes
-    return rules.non_torch_nvlink_bytes if gpu.gpu_link_bytes_s > gpu.pcie_bytes_s else rules.non_torch_pcie_bytes
+        return release.non_torch_single_bytes
+    return release.non_torch_nvlink_bytes if gpu.gpu_link_bytes_s > gpu.pcie_bytes_s else release.non_torch_pcie_bytes
 
 
 def default_batched_tokens(gpu: GPU) -> int:
@@ -251,9 +206,9 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
     weights = weights_bytes(model, s.weight_dtype)
     weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / s.tp)
     activation = (overheads.activation_bytes if overheads.activation_bytes is not None
-                  else activation_peak_bytes(model, s.max_num_batched_tokens, s.max_num_seqs, overheads.rules))
+                  else activation_peak_bytes(model, s.max_num_batched_tokens, s.max_num_seqs, overheads.release))
     non_torch = (overheads.non_torch_bytes if overheads.non_torch_bytes is not None
-                 else non_torch_bytes(s.tp, gpu, overheads.rules))
+                 else non_torch_bytes(s.tp, gpu, overheads.release))
     requested = math.ceil(gpu.memory_bytes * s.gpu_memory_utilization)
     graphs = (overheads.cudagraph_bytes if overheads.cudagraph_bytes is not None
               else cudagraph_bytes(model, s.max_num_seqs))

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from planner.capacity.memory import Overheads
+from planner.capacity.memory import LOG_SOURCE, Overheads
 from planner.catalog.gpus import GPU, GiB
 from planner.errors import PlannerError
 
@@ -103,7 +103,7 @@ def fit_overheads(parsed: ParsedLog, requested_bytes: int) -> Overheads:
     non_torch = min(parsed.non_torch_bytes or 0, residual)
     return Overheads(activation_bytes=residual - non_torch, non_torch_bytes=non_torch,
                      weights_bytes=parsed.weights_bytes, cudagraph_bytes=parsed.cudagraph_bytes or 0,
-                     cudagraph_counted=False, source="fitted from log")
+                     cudagraph_counted=False, source=LOG_SOURCE)
 
 
 def overheads_from_log(text: str, gpu: GPU, gpu_memory_utilization: float) -> tuple[GPU, Overheads]:

@@ -34,15 +34,16 @@ class GPU:
     nominal_memory_gb: float       # the marketing figure, for labels only
     hbm_bw_bytes_s: float          # peak memory bandwidth
     bf16_flops: float              # dense BF16/FP16 tensor FLOP/s
-    fp8_flops: float | None        # dense FP8 (or INT8 where FP8 is absent) ops/s
+    int8_ops: float                # dense INT8 tensor ops/s (= dense FP8 FLOP/s where the GPU has FP8 tensor cores)
     gpu_link_bytes_s: float        # GPU-to-GPU bandwidth per direction (NVLink/xGMI, else PCIe)
     pcie_bytes_s: float            # host link per direction (swap / offload)
     power_w: float | None
     price_per_hour: float          # USD per GPU-hour, editable
     vllm_large_defaults: bool      # vLLM serve picks 8192 batched tokens / 1024 seqs (>= 70 GiB and not A100)
     help: str = ""
-    # one small all-reduce between two ranks inside a model's step: A100 NVLink 20-50 µs
-    # (reference/performance-models.md §2), NCCL over PCIe 20-60 µs; H100 NVLink below (its catalog entry)
+    # one small all-reduce between two ranks inside a model's step where the engine calls NCCL eagerly: 20-50 µs
+    # over NVLink (reference/performance-models.md §2), 20-60 µs over PCIe. Hopper's too: vLLM 0.14's eager calls
+    # on H100 SXM take 20-26 µs at TP 2-4 (AIConfigurator's comm tables, commit 095f58a5)
     allreduce_latency_s: float = 25e-6
     # the same floor where vLLM V1 captures its custom all-reduce in CUDA graphs (FAMILY_ALLREDUCE); None: as above
     v1_allreduce_latency_s: float | None = None
@@ -51,6 +52,8 @@ class GPU:
     mfu: float = DEFAULT_MFU
     mbu: float = DEFAULT_MBU
     roofline_p: float = DEFAULT_ROOFLINE_P
+    # FP8 tensor cores (Hopper, Ada, CDNA3); Ampere has none, so vLLM runs FP8 checkpoints there weight-only
+    fp8_tensor_cores: bool = True
 
     @property
     def memory_gib(self) -> float:
@@ -62,6 +65,15 @@ class GPU:
         if graph_captured and self.v1_allreduce_latency_s is not None:
             return self.v1_allreduce_latency_s
         return self.allreduce_latency_s
+
+    def peak_flops(self, weight_dtype: str) -> float:
+        """The dense tensor peak (FLOP/s) vLLM's linear layers reach with weights in ``weight_dtype``: FP8
+        checkpoints run W8A8 at the 8-bit peak where the GPU has FP8 tensor cores, else weight-only (FP8 Marlin,
+        W8A16) at the 16-bit peak; INT8 checkpoints run W8A8 (compressed-tensors, SmoothQuant) at the INT8 peak;
+        INT4 (AWQ/GPTQ Marlin, W4A16) and 16-bit weights at the 16-bit peak."""
+        if weight_dtype == "int8" or (weight_dtype == "fp8" and self.fp8_tensor_cores):
+            return self.int8_ops
+        return self.bf16_flops
 
     def with_price(self, price_per_hour: float) -> GPU:
         """The same GPU at another hourly price."""
@@ -109,26 +121,32 @@ def _family(gpu: GPU) -> GPU:
 
 GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
     GPU("a100-80gb-sxm", "A100 80GB SXM4", _gib(79.15), 80, 2039 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
-        1.9, False, "Ampere, HBM2e 2,039 GB/s, NVLink3 600 GB/s total; CUDA reports ≈ 79.14-79.15 GiB"),
+        1.9, False, "Ampere, HBM2e 2,039 GB/s, NVLink3 600 GB/s total; CUDA reports ≈ 79.14-79.15 GiB",
+        fp8_tensor_cores=False),
     GPU("a100-40gb-sxm", "A100 40GB SXM4", _gib(39.50), 40, 1555 * GB, 312 * TB, 624 * TB, 300 * GB, _PCIE4, 400,
-        1.3, False, "Ampere, HBM2 1,555 GB/s, NVLink3; CUDA reports ≈ 39.50 GiB (vllm#12330)"),
+        1.3, False, "Ampere, HBM2 1,555 GB/s, NVLink3; CUDA reports ≈ 39.50 GiB (vllm#12330)",
+        fp8_tensor_cores=False),
     GPU("a100-80gb-pcie", "A100 80GB PCIe", _gib(79.15), 80, 1935 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4, 300,
-        1.7, False, "Ampere, HBM2e 1,935 GB/s, PCIe Gen4 (optional 2-GPU NVLink bridge); ≈ 79.15 GiB"),
+        1.7, False, "Ampere, HBM2e 1,935 GB/s, PCIe Gen4 (optional 2-GPU NVLink bridge); ≈ 79.15 GiB",
+        fp8_tensor_cores=False),
     GPU("a100-40gb-pcie", "A100 40GB PCIe", _gib(39.42), 40, 1555 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4, 250,
-        1.1, False, "Ampere, HBM2 1,555 GB/s, PCIe Gen4; ≈ 39.4 GiB"),
+        1.1, False, "Ampere, HBM2 1,555 GB/s, PCIe Gen4; ≈ 39.4 GiB",
+        fp8_tensor_cores=False),
     GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
         2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)",
-        HOPPER_NVLINK_ALLREDUCE_S),
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S),
     GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5, 350,
         2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5"),
     GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
-        3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB", HOPPER_NVLINK_ALLREDUCE_S),
+        3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB",
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S),
     GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4, 350,
         1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)"),
     GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4, 72,
         0.5, False, "Ada, GDDR6 300 GB/s, 72 W (datasheet figures, unverified)"),
     GPU("a10g", "A10G 24GB", _gib(22.07), 24, 600 * GB, 70 * TB, 140 * TB, _PCIE4, _PCIE4, 300,
-        0.75, False, "Ampere (AWS g5), GDDR6 600 GB/s"),
+        0.75, False, "Ampere (AWS g5), GDDR6 600 GB/s",
+        fp8_tensor_cores=False),
     GPU("mi300x", "MI300X 192GB", _gib(191.98), 192, 5300 * GB, 1307 * TB, 2615 * TB, 64 * GB, _PCIE5, 750,
         3.5, True, "CDNA3, HBM3 5,300 GB/s, Infinity Fabric"),
 )}

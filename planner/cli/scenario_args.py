@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planner.capacity.memory import KV_DTYPE_BYTES, VLLM_VERSIONS
+from planner.capacity.memory import KV_DTYPE_BYTES
+from planner.catalog.releases import VLLM_VERSIONS
 from planner.catalog.gpus import GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.cli.values import FINITE, NON_NEGATIVE_GIB, SCENARIO_INT, real
@@ -37,7 +38,8 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-seqs", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
     g.add_argument("--max-num-batched-tokens", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
     g.add_argument("--vllm-version", default="current", choices=list(VLLM_VERSIONS),
-                   help="the vLLM release whose memory profiling sizes the KV cache: " + "; ".join(
+                   help="the vLLM release served: its memory profiling sizes the KV cache, and its defaults say "
+                        "whether it schedules asynchronously and captures full CUDA graphs for decode: " + "; ".join(
                        f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items()))
     g.add_argument("--cudagraphs", choices=("counted", "outside"),
                    help="CUDA-graph memory inside the KV budget or outside it (default: as --vllm-version does)")
@@ -53,9 +55,12 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-prefix-cache", action="store_true",
                    help="vllm-v1: compute every prompt in full (vllm serve --no-enable-prefix-caching); other "
                         "engines never reuse prefixes here")
-    g.add_argument("--no-async-scheduling", action="store_true",
-                   help="vllm-v1: schedule each step after the previous one ends (vllm serve --no-async-scheduling; "
-                        "vLLM >= 0.14 fixes a step's batch while the step before it runs)")
+    lag = g.add_mutually_exclusive_group()
+    lag.add_argument("--async-scheduling", action="store_true",
+                     help="vllm-v1: fix a step's batch while the step before it runs (vllm serve's default from 0.14, "
+                          "opt-in before; default: as --vllm-version does)")
+    lag.add_argument("--no-async-scheduling", action="store_true",
+                     help="vllm-v1: schedule each step after the previous one ends (vllm serve --no-async-scheduling)")
     g.add_argument("--preemption", default="recompute", help="recompute or swap (vllm-v0 only)")
     g.add_argument("--max-new-tokens", type=SCENARIO_INT, help="truncate outputs (and size reservations) to this")
     g.add_argument("--reserve-predicted", type=FINITE, metavar="Q",
@@ -103,7 +108,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
                         block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens, overheads=overheads, engine=args.engine,
                         chunked_prefill=not args.no_chunked_prefill, prefix_caching=not args.no_prefix_cache,
-                        async_scheduling=not args.no_async_scheduling,
+                        async_scheduling=True if args.async_scheduling else False if args.no_async_scheduling else None,
                         preemption=args.preemption, max_new_tokens=args.max_new_tokens,
                         reserve_quantile=args.reserve_predicted,
                         priority=args.priority, cost=load_params(args.calibration))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 from planner.cli.output import emit as _emit
 from planner.cli.output import progress_printer as _progress_printer
@@ -95,12 +96,14 @@ def _ms(value: float | None, digits: int) -> str:
 
 
 def cmd_calibrate(args) -> None:
-    from planner.sim import calibration, calibration_file
-    from planner.sim.cost_model import CostParams
+    from planner.sim import calibration, calibration_file, trace_calibration
 
     if bool(args.points) == bool(args.trace):
         raise PlannerError("give exactly one of --points CSV or --trace TRACE")
     target = writable_path("-o", args.output)          # before the fit, which can take minutes on a trace
+    if args.points and target == Path(args.points).resolve():
+        raise PlannerError(f"-o {args.output} is the --points file: the calibration would overwrite the measured "
+                           "iterations; expected another path")
     scenario = scenario_from_args(args)
     if args.points:
         report = calibration.fit_points(scenario, calibration.read_points(args.points))
@@ -110,7 +113,7 @@ def cmd_calibrate(args) -> None:
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
         measured = measured_latencies(store.open_store(args.db), args.trace, scenario.model, args.trace_model)
-        report = calibration.fit_measured(scenario, measured, args.holdout, _progress_printer(not args.json))
+        report = trace_calibration.fit_measured(scenario, measured, args.holdout, _progress_printer(not args.json))
     calibration_file.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
@@ -123,14 +126,17 @@ def cmd_calibrate(args) -> None:
             part = report[split]
             summary = ("no metric measured" if part["median_abs_error"] is None else
                        f"median |error| {part['median_abs_error']:.1%}, bias {part['bias']:+.1%}")
-            lines.append(f"{split.replace('_', '-')} ({part['requests']:,} requests): {summary}; " + ", ".join(
+            lines.append(f"{split.replace('_', '-')} ({part['requests']:,} requests): {summary}; predicted/measured "
+                         + ", ".join(
                 f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
                 for r in part["metrics"] if math.isfinite(r["error"])))
     # the parameters as they apply on this server (what the file leaves to the GPU and engine, filled in)
-    obj["resolved"] = {k: v for k, v in CostParams(**report["params"]).resolved(scenario).as_dict().items()
-                       if k not in ("source", "fitted_on")}
+    fitted = calibration_file.params_from_report(report, scenario, args.output)
+    obj["resolved"] = {k: v for k, v in fitted.resolved(scenario).as_dict().items() if k not in ("source", "fitted_on")}
+    if "cross_validated" in report:          # --points: null where too few steps to leave any out
+        obj["cross_validated"] = report["cross_validated"]
     if report.get("cross_validated"):
-        cv = obj["cross_validated"] = report["cross_validated"]
+        cv = report["cross_validated"]
         lines.append(f"cross-validated ({cv['folds']} folds, each row predicted by a fit without it): median "
                      f"|error| {cv['median_abs_error']:.1%}, worst {cv['worst_abs_error']:.1%}, bias {cv['bias']:+.1%}")
     lines += [f"warning: {w}" for w in report["warnings"]]

@@ -290,7 +290,8 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict]) -> ClassRecom
         predicted={f"{m}_ms": {"p50": result.metric_ms(m, 50), "p99": result.metric_ms(m, 99)}
                    for m in ("ttft", "tpot", "e2e")} if result else None,
         throughput_tok_s=out_tok_s, cost_per_hour=None,
-        cost_per_million_output_tokens=price / (out_tok_s * 3600 / 1e6) if out_tok_s else None,
+        # an infeasible class's closest configuration runs at a load it cannot serve: it costs nothing defined
+        cost_per_million_output_tokens=price / (out_tok_s * 3600 / 1e6) if out_tok_s and feasible else None,
         **launch(cfg, scenario), scale=best.get("scale", 0.0),
         grid=[{k: v for k, v in g.items() if k != "result"} for g in grid], tp=scenario.tp,
         max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp,

@@ -48,6 +48,10 @@ def params_from_json(text: str, name: str) -> CostParams:
             fitted = list(FIT_SOURCES[data["source"]])
             params.update(dict.fromkeys(LEFT_TO_THE_SERVER))
         names = set(CostParams.__dataclass_fields__) - {"source", "fitted_on"}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            raise ValueError(f"'params' holds {', '.join(map(repr, unknown))}, which the cost model does not have; "
+                             f"expected some of {', '.join(sorted(names))}")
         if fitted is not None and (not isinstance(fitted, list) or not all(f in names for f in fitted)):
             raise ValueError(f"'fitted' must list cost-model parameter names ({', '.join(sorted(names))}), not "
                              f"{fitted!r}")
@@ -85,6 +89,12 @@ def file_text(report: dict, scenario: Scenario) -> str:
     body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
             **report}
     return json.dumps(clean(body), indent=2, allow_nan=False)     # strict JSON: an undefined error is null
+
+
+def params_from_report(report: dict, scenario: Scenario, name: str) -> CostParams:
+    """The cost parameters of a fit's report on the server ``scenario`` measured, exactly as the calibration file
+    written from it reads back (``name`` its source): what a replay with the fit applies."""
+    return params_from_json(file_text(report, scenario), name)
 
 
 def save(report: dict, path: str | Path, scenario: Scenario) -> None:

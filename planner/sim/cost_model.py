@@ -73,9 +73,13 @@ class CostParams:
         Extra time per sequence in the batch (BLIS: 4 µs per request).
     allreduce_latency_s : float or None
         Floor of one all-reduce between two ranks; it grows with ``log2(tp)`` (tree and two-shot all-reduces take
-        ``log2`` rounds). None: the GPU's for the engine (:meth:`planner.catalog.gpus.GPU.allreduce_floor_s`: H100
-        NVLink 10 µs; A100 NVLink 12.8 µs under vLLM V1's graph-captured custom all-reduce, 25 µs for engines
-        that call NCCL eagerly).
+        ``log2`` rounds). That growth is a modelling choice, set with the H100's 10 µs on the TP 2 and TP 4 runs of
+        bench/fidelity_v1.py: vLLM 0.14's graph-captured kernels alone grow less from TP 2 to 8 (H100: 4.4 to
+        4.9 µs at 4K elements, 12.5 to 20.9 µs at 1M; AIConfigurator's comm tables, commit 095f58a5), the
+        floor also holding what an all-reduce costs the layer around it. None: the GPU's for the engine
+        (:meth:`planner.catalog.gpus.GPU.allreduce_floor_s`: H100 NVLink 10 µs and A100 NVLink 12.8 µs under
+        vLLM V1's graph-captured custom all-reduce; 25 µs for engines that call NCCL eagerly, and on GPUs without
+        a graph floor of their own).
     tp_step_overhead_s : float or None
         Extra time per step under tensor parallelism: the driver handing each step's batch to the other ranks'
         workers. None: the engine's (vLLM V0 over Ray 7 ms; vLLM V1's shared-memory broadcast 0).
@@ -84,7 +88,8 @@ class CostParams:
     piecewise_layer_s : float
         What a step holding prefill tokens pays per layer over a decode-only one: vLLM V1 replays one full CUDA
         graph for a decode batch, but splits a mixed batch's graph around attention (piecewise), launching
-        attention eagerly per layer: ~16 µs per layer (vllm PR #16072: full graphs cut TPOT ~7%). vLLM V1 only.
+        attention eagerly per layer: ~16 µs per layer (vllm PR #16072: full graphs cut TPOT ~7%). vLLM V1 only;
+        releases before 0.11 (``--vllm-version`` 0.8, 0.10) ran decode steps piecewise too and pay it every step.
     frontend_s : float
         Per-request latency outside the engine core that both TTFT and E2E carry: HTTP, tokenization (~1 µs per
         token, vllm PR #10635), the API server's queues and streaming the first chunk back. vLLM V1 only: its API
@@ -192,11 +197,11 @@ _ROOFLINE_P = [f.name for f in fields(StepCoefficients)].index("roofline_p")   #
 
 def coefficients(scenario: Scenario) -> StepCoefficients:
     """The constants :func:`step_seconds` needs for the scenario's model on its ``tp`` GPUs, its weight and KV
-    dtypes (fp8 weights run at the GPU's fp8 peak and stream half the bytes) and its cost parameters. Take it as
-    :attr:`Scenario.coefficients`."""
+    dtypes (8-bit weights stream half the bytes; :meth:`planner.catalog.gpus.GPU.peak_flops` says which tensor peak
+    each dtype reaches) and its cost parameters. Take it as :attr:`Scenario.coefficients`."""
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
     params = scenario.cost.resolved(scenario)
-    peak = gpu.fp8_flops if scenario.weight_dtype == "fp8" and gpu.fp8_flops else gpu.bf16_flops
+    peak = gpu.peak_flops(scenario.weight_dtype)
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
     attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
@@ -214,6 +219,7 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     # each, negligible), not the vocab-sharded table (Llama-3-8B: 1.05 GB of its 16 GB). A tied table is also
     # the output head, which every step reads whole.
     gathered_bytes = 0 if model.tied_embeddings else math.ceil(model.vocab / tp) * model.hidden * 2
+    piecewise_s = model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0
     return StepCoefficients(
         s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
@@ -222,10 +228,12 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
         comm_fixed_s=2 * model.layers * params.allreduce_latency_s * math.log2(tp) if tp > 1 else 0.0,
-        step_overhead_s=params.step_overhead_s + (params.tp_step_overhead_s if tp > 1 else 0.0),
+        # a V1 release without full decode graphs runs every step piecewise: the cost is per step, not per mixed one
+        step_overhead_s=(params.step_overhead_s + (params.tp_step_overhead_s if tp > 1 else 0.0)
+                         + (piecewise_s if not scenario.release.full_decode_graphs else 0.0)),
         seq_overhead_s=params.seq_overhead_s,
         roofline_p=params.roofline_p,
-        mixed_step_s=model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0,
+        mixed_step_s=piecewise_s if scenario.release.full_decode_graphs else 0.0,
         expert_bytes=expert_bytes, expert_miss_log=miss)
 
 

@@ -178,8 +178,7 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
         _served(trace, trace_model, counts)
         keep = trace_model
         if model is not None and not names_model(keep, model):
-            notes.append(f"the trace says {keep} served these requests, and they are replayed as {model.name}: "
-                         "check that this is the model they measured")
+            notes.append(replayed_as_another(keep, model))
     elif model is None or len(counts) == 0:
         return frame, ()
     else:
@@ -198,6 +197,13 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
                         f"left out ({', '.join(f'{name}: {n:,}' for name, n in others.items())}"
                         f"{', no model named' if left > sum(others.values()) else ''})")
     return frame.filter(pl.col("model") == keep), tuple(notes)
+
+
+def replayed_as_another(trace_model: str, model: ModelSpec) -> str:
+    """The note where one server's requests (``trace_model``, as the trace names it) are replayed as ``model``,
+    which is not that server's: their measured latencies then describe another model."""
+    return (f"the trace says {trace_model} served these requests, and they are replayed as {model.name}: check "
+            "that this is the model they measured")
 
 
 def names_model(name: str, model: ModelSpec) -> bool:

@@ -36,8 +36,8 @@ def launch_args(config: dict, scenario) -> str:
         parts.append("--no-enable-chunked-prefill")
     if not scenario.prefix_caching:
         parts.append("--no-enable-prefix-caching")
-    if not scenario.async_scheduling:
-        parts.append("--no-async-scheduling")
+    if scenario.async_scheduling != scenario.release.async_scheduling:      # the release's own default needs no flag
+        parts.append("--async-scheduling" if scenario.async_scheduling else "--no-async-scheduling")
     return " ".join(parts + vllm_scenario_flags(scenario))
 
 
