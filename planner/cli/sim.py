@@ -134,11 +134,11 @@ def cmd_calibrate(args) -> None:
     fitted = calibration_file.params_from_report(report, scenario, args.output)
     obj["resolved"] = {k: v for k, v in fitted.resolved(scenario).as_dict().items() if k not in ("source", "fitted_on")}
     if "cross_validated" in report:          # --points: null where too few steps to leave any out
-        obj["cross_validated"] = report["cross_validated"]
-    if report.get("cross_validated"):
-        cv = report["cross_validated"]
-        lines.append(f"cross-validated ({cv['folds']} folds, each row predicted by a fit without it): median "
-                     f"|error| {cv['median_abs_error']:.1%}, worst {cv['worst_abs_error']:.1%}, bias {cv['bias']:+.1%}")
+        cv = obj["cross_validated"] = report["cross_validated"]
+        if cv:
+            lines.append(f"cross-validated ({cv['folds']} folds, each row predicted by a fit without it): median "
+                         f"|error| {cv['median_abs_error']:.1%}, worst {cv['worst_abs_error']:.1%}, "
+                         f"bias {cv['bias']:+.1%}")
     lines += [f"warning: {w}" for w in report["warnings"]]
     _emit(args, obj, "\n".join(lines))
 

@@ -144,17 +144,10 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
     remedy = ("rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small steps for the "
               "overheads)")
-    floored = _at_zero(fit)
-    absent = [f"no {kind} rows: {param}, which {kind} steps mostly set, was fitted on the other rows alone; add "
-              f"{kind} batches of several sizes" for kind, param, column in (
-                  ("decode", "mbu", "decode_count"), ("prefill", "mfu", "prefill_count"))
-              if not (frame[column] > 0).any()]
-    report["warnings"] = absent + (at_bound(params, _POINT_PARAMS) + [
-        f"{name} fitted to {getattr(params, name):.3g}, indistinguishable from 0 (the bottom of its range): these "
-        f"rows say only that it is below {bound:.3g}, which would move some step time by {WEAK:.0%}"
-        for name, bound in floored.items()] + weak({k: v for k, v in moves.items() if k not in floored},
-                                                   "step times", remedy)
-        + _traded_off(fit, [j for j, name in enumerate(_POINT_PARAMS) if moves[name] >= WEAK]))
+    floored = _at_zero(fit, params)
+    report["warnings"] = [*_absent_kinds(frame), *at_bound(params, _POINT_PARAMS), *floored.values(),
+                          *weak({k: v for k, v in moves.items() if k not in floored}, "step times", remedy),
+                          *_traded_off(fit, [j for j, name in enumerate(_POINT_PARAMS) if moves[name] >= WEAK])]
     steps = _steps(frame)
     report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps)
     cv = report["cross_validated"]
@@ -209,15 +202,25 @@ def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measur
                           for m, p, r in zip(measured, held, rel, strict=True)]}
 
 
-def _at_zero(fit) -> dict[str, float]:
-    """The fitted parameters whose range starts at 0 (the overheads) and that ended there, each with the value the
-    rows would notice (one that moves some step time by ``WEAK``): a relative 10% probe says nothing about a
-    value of ~0, but the rows still bound it from above."""
+def _absent_kinds(frame: pl.DataFrame) -> list[str]:
+    """A warning per kind of row the points lack: the parameter that kind mostly sets was fitted on the others."""
+    return [f"no {kind} rows: {param}, which {kind} steps mostly set, was fitted on the other rows alone; add "
+            f"{kind} batches of several sizes"
+            for kind, param, column in (("decode", "mbu", "decode_count"), ("prefill", "mfu", "prefill_count"))
+            if not (frame[column] > 0).any()]
+
+
+def _at_zero(fit, params: CostParams) -> dict[str, str]:
+    """The fitted parameters whose range starts at 0 (the overheads) and that ended there, each with a warning
+    naming the value the rows would notice (one that moves some step time by ``WEAK``): a relative 10% probe
+    says nothing about a value of ~0, but the rows still bound it from above."""
     out = {}
     for j, name in enumerate(_POINT_PARAMS):
         slope = float(np.max(np.abs(fit.jac[:, j])))        # relative change of the most sensitive row per unit
         if BOUNDS[name][0] == 0 and slope > 0 and fit.x[j] < 0.01 * WEAK / slope:
-            out[name] = WEAK / slope
+            out[name] = (f"{name} fitted to {getattr(params, name):.3g}, indistinguishable from 0 (the bottom of its "
+                         f"range): these rows say only that it is below {WEAK / slope:.3g}, which would move some "
+                         f"step time by {WEAK:.0%}")
     return out
 
 
