@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from planner.capacity.memory import (KV_DTYPE_BYTES, LOG_SOURCE, Overheads, default_batched_tokens,
                                      default_max_num_seqs, plan_memory)
 from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes
+from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gpu
 from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
@@ -163,7 +163,7 @@ class Scenario:
         logged = self.overheads.weights_bytes
         if self.overheads.source != LOG_SOURCE or logged is None:
             return
-        expected = math.ceil(weights_bytes(self.model, self.weight_dtype) / self.tp)
+        expected = weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp)
         if not 1 / LOG_WEIGHTS_TOLERANCE <= logged / expected <= LOG_WEIGHTS_TOLERANCE:
             raise PlannerError(f"--vllm-log: the log loaded {logged / GiB:.2f} GiB of weights per GPU, but "
                                f"{self.model.name} in {self.weight_dtype} at TP {self.tp} holds "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import ModelSpec, param_count, weights_bytes
+from planner.catalog.models import ModelSpec, param_count, weights_bytes, weights_bytes_per_gpu
 from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 
@@ -204,7 +204,8 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
     """
     s, model, gpu, overheads = scenario, scenario.model, scenario.gpu, scenario.overheads
     weights = weights_bytes(model, s.weight_dtype)
-    weights_per_gpu = overheads.weights_bytes if overheads.weights_bytes is not None else math.ceil(weights / s.tp)
+    weights_per_gpu = (overheads.weights_bytes if overheads.weights_bytes is not None
+                       else weights_bytes_per_gpu(model, s.weight_dtype, s.tp))
     activation = (overheads.activation_bytes if overheads.activation_bytes is not None
                   else activation_peak_bytes(model, s.max_num_batched_tokens, s.max_num_seqs, overheads.release))
     non_torch = (overheads.non_torch_bytes if overheads.non_torch_bytes is not None

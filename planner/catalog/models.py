@@ -7,6 +7,7 @@ treatment as a preset; tests hold the presets within 0.5% of the published count
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from planner.errors import PlannerError
@@ -172,3 +173,8 @@ def weights_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> int:
         return int(params * per_param)
     sixteen_bit = spec.vocab * spec.hidden * (1 if spec.tied_embeddings else 2)
     return int((params - sixteen_bit) * per_param + sixteen_bit * 2)
+
+
+def weights_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, tp: int) -> int:
+    """Bytes of the weights one of ``tp`` tensor-parallel ranks holds: :func:`weights_bytes` split evenly."""
+    return math.ceil(weights_bytes(spec, weight_dtype) / tp)

@@ -19,7 +19,7 @@ import numba
 import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes
+from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes_per_gpu
 from planner.errors import PlannerError
 from planner.limits import MAX_COUNT
 
@@ -209,7 +209,7 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     comm_bytes_per_token = 2 * model.layers * model.hidden * 2     # two all-reduces per layer, bf16 activations
     ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
     link = gpu.gpu_link_bytes_s * params.link_efficiency
-    weight_bytes = math.ceil(weights_bytes(model, scenario.weight_dtype) / tp)
+    weight_bytes = weights_bytes_per_gpu(model, scenario.weight_dtype, tp)
     expert_bytes, miss = 0.0, 0.0
     if model.moe is not None:
         # the experts' share of the parameters (quantized checkpoints keep 16-bit embeddings: a slight overcount)
