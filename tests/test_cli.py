@@ -73,6 +73,7 @@ def test_bad_input_gives_one_error_line_and_no_traceback(tmp_path, content, args
     (["ingest", "/definitely/not/here.csv"], "no such file"),
 ])
 def test_missing_things_are_named(tmp_path, args, needle):
+    run_cli("traces", db=tmp_path / "s.duckdb")            # an empty store: the trace, not the store, is missing
     proc = run_cli(*args, "--json", db=tmp_path / "s.duckdb", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error:") and needle in proc.stderr

@@ -349,6 +349,31 @@ def test_a_measured_trace_is_calibrated_on_the_requests_of_the_model_it_names(tm
     con.close()
 
 
+def test_a_trace_naming_a_fine_tune_is_calibrated_as_its_preset(tmp_path):
+    from planner.traces import store
+    from planner.workload.replay import measured_latencies
+
+    def trace(name, models):
+        rows = "".join(f"{i * 0.5},{200 + i},{50},{30 + i % 7},{9},{models[i % len(models)]}\n" for i in range(60))
+        path = tmp_path / f"{name}.csv"
+        path.write_text("timestamp,input_tokens,output_tokens,ttft_ms,tpot_ms,model\n" + rows)
+        cli_json("ingest", str(path), "--name", name, "--quiet", db=tmp_path / "m.duckdb")
+
+    trace("one", ["meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-70b"])
+    trace("two", ["meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"])
+    con = store.open_store(tmp_path / "m.duckdb", create=False)
+    chat = measured_latencies(con, "one", LLAMA8)
+    assert chat.workload.n == 30 and chat.notes == (
+        "calibrated on the 30 requests the trace says meta-llama/Meta-Llama-3-8B-Instruct served; 30 others left "
+        "out (llama-3-70b: 30)",)
+    # a base and its fine-tune are one preset but two servers: which one is the user's to say
+    with pytest.raises(PlannerError, match="several servers of llama-3-8b .*: calibrate on one server's, naming it "
+                                           "with --trace-model"):
+        measured_latencies(con, "two", LLAMA8)
+    assert measured_latencies(con, "two", LLAMA8, "meta-llama/Meta-Llama-3-8B").workload.n == 30
+    con.close()
+
+
 def test_a_held_out_split_needs_latencies_on_both_sides(tmp_path):
     from planner.sim.trace_calibration import fit_trace_held_out
     from planner.sim.calibration_file import file_text

@@ -281,6 +281,20 @@ def test_db_must_be_a_duckdb_store_or_a_new_path(capsys, tmp_path, kind):
     assert main(["ingest", str(trace), "--db", str(new), "--quiet"]) == 0 and new.exists()
 
 
+@pytest.mark.parametrize("argv", [["stats", "t"], ["fit", "t", "--field", "input_tokens"], ["rejects", "t"],
+                                  ["memory", *MODEL, "--trace", "t"], ["simulate", *MODEL, "--trace", "t"],
+                                  ["calibrate", *MODEL, "--trace", "t", "-o", "OUT.json"],
+                                  ["recommend", "t", *MODEL],
+                                  ["report", "t", *MODEL, "--quiet", "-o", "OUT.html"]])
+def test_a_command_reading_a_trace_refuses_a_missing_store_and_creates_none(capsys, tmp_path, argv):
+    missing = tmp_path / "typo.duckdb"
+    argv = [str(tmp_path / a) if a.startswith("OUT") else a for a in argv]
+    line = refused(capsys, *argv, "--db", str(missing))
+    assert line == (f"error: no trace store at {missing}: expected the store a trace was ingested into (the same "
+                    "--db, or $PLANNER_DB, as the ingest); nothing was created there")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_one_bad_element_of_a_json_array_is_one_reject(tmp_path, con):
     rows = [{"input_tokens": 10 + i, "output_tokens": 5} for i in range(50)]
     rows[7] = 3

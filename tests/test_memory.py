@@ -180,6 +180,21 @@ def test_a_preset_is_found_by_its_hugging_face_id():
         get_model("Qwen/Qwen3-15B")
 
 
+def test_a_fine_tune_published_with_its_base_config_is_the_base_preset():
+    from planner.catalog.presets import _PRESETS, FINE_TUNES, preset_name
+
+    assert get_model("meta-llama/Llama-3.1-8B-Instruct") == get_model("llama-3.1-8b")
+    assert preset_name(" META-LLAMA/Llama-3.3-70B-Instruct ") == "llama-3.1-70b"
+    assert get_model("mistralai/Mixtral-8x7B-Instruct-v0.1").moe.experts == 8
+    # each id names one preset, and none is a preset's own id (which would make it two models)
+    ids = [t.lower() for tunes in FINE_TUNES.values() for t in tunes]
+    assert len(ids) == len(set(ids)) and not set(ids) & {hf.lower() for hf, *_ in _PRESETS.values()}
+    assert set(FINE_TUNES) <= set(_PRESETS)
+    # a fine-tune whose config differs is not taken for its base: Qwen2.5-7B-Instruct's context is 32,768 tokens
+    with pytest.raises(PlannerError, match="unknown model 'Qwen/Qwen2.5-7B-Instruct'"):
+        get_model("Qwen/Qwen2.5-7B-Instruct")
+
+
 def test_every_supported_family_reads(tmp_path):
     configs = {
         "qwen3": {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,

@@ -41,6 +41,19 @@ def test_memory_flags_mean_what_vllm_means(tmp_path):
     assert batched["kv_pool_bytes"] < tp4["kv_pool_bytes"]
 
 
+def test_memory_names_the_release_whose_profiling_sized_the_pool(tmp_path):
+    db = tmp_path / "m.duckdb"
+    base = ["memory", "--model", "qwen3-14b", "--gpu", "l40s"]
+    now, old = cli_json(*base, db=db), cli_json(*base, "--vllm-version", "0.15", db=db)
+    assert (now["vllm_version"], now["vllm_release"]) == ("current", "V1 0.20 and later (CUDA graphs subtracted)")
+    assert (old["vllm_version"], old["vllm_release"]) == ("0.15", "V1 0.14-0.16 (sorting sampler; async scheduling)")
+    # the same flags, another pool: 0.15 leaves CUDA graphs outside the budget
+    assert old["num_blocks"] > now["num_blocks"]
+    human = run_cli(*base, "--vllm-version", "0.15", db=db).stdout
+    assert human.rstrip().endswith("memory profiled as vLLM V1 0.14-0.16 (sorting sampler; async scheduling) does "
+                                   "(--vllm-version 0.15)")
+
+
 def test_memory_accepts_a_config_json_and_reports_bad_input(tmp_path):
     config = tmp_path / "my-model" / "config.json"
     config.parent.mkdir()

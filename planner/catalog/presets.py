@@ -260,20 +260,50 @@ _PRESETS = {
 }
 
 
+# Fine-tunes published with their base's config.json (the same shapes, vocabulary and context), by Hugging Face id:
+# a trace logs the id its server was started with, most often a chat or instruct one, and these are the preset's
+# model. Left out where the config differs: Qwen2.5-*-Instruct and Qwen3-14B-Base (a 32,768-token context, not
+# 131,072 and 40,960), Mistral-7B-Instruct-v0.2 and later (no sliding window, a 32,768 vocabulary in v0.3), FP8
+# checkpoints (another weight dtype: give --weight-dtype fp8).
+FINE_TUNES: dict[str, tuple[str, ...]] = {
+    "llama-3-8b": ("meta-llama/Meta-Llama-3-8B-Instruct",),
+    "llama-3-70b": ("meta-llama/Meta-Llama-3-70B-Instruct",),
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B",
+                     "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B",
+                      "meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),
+    "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Meta-Llama-3.1-405B",
+                       "meta-llama/Meta-Llama-3.1-405B-Instruct"),
+    "llama-2-70b": ("meta-llama/Llama-2-70b-chat-hf",),
+    "llama-2-7b": ("meta-llama/Llama-2-7b-chat-hf",),
+    "codellama-34b": ("codellama/CodeLlama-34b-hf", "codellama/CodeLlama-34b-Python-hf"),
+    "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1",),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
+    "yi-34b": ("01-ai/Yi-34B-Chat",),
+    "falcon-180b": ("tiiuae/falcon-180B-chat",),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
+    "gemma-2-9b": ("google/gemma-2-9b-it",),
+}
+
+
 def preset_names() -> list[str]:
     return list(_PRESETS)
 
 
 def preset_name(ref: str) -> str | None:
-    """The preset ``ref`` names, by its name or its Hugging Face id (either case); None for any other name."""
+    """The preset ``ref`` names, by its name, its Hugging Face id or the id of one of its :data:`FINE_TUNES` (either
+    case); None for any other name."""
     key = ref.strip().lower()
-    return key if key in _PRESETS else next((name for name, preset in _PRESETS.items() if preset[0].lower() == key),
-                                            None)
+    if key in _PRESETS:
+        return key
+    return next((name for name, preset in _PRESETS.items()
+                 if key == preset[0].lower() or key in (t.lower() for t in FINE_TUNES.get(name, ()))), None)
 
 
 def get_model(ref: str) -> ModelSpec:
-    """A preset by name or by its Hugging Face id (``Qwen/Qwen3-14B``), or a model read from a path to a
-    ``config.json``."""
+    """A preset by name or by its Hugging Face id (``Qwen/Qwen3-14B``) or one of its :data:`FINE_TUNES`'
+    (``meta-llama/Llama-3.1-8B-Instruct``), or a model read from a path to a ``config.json``."""
     key = preset_name(ref)
     if key is not None:
         hf_id, cfg, published, help_text = _PRESETS[key]

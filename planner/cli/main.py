@@ -87,7 +87,7 @@ def cmd_traces(args) -> None:
 def cmd_stats(args) -> None:
     from planner.workload.stats import trace_stats
 
-    con = store.open_store(args.db)
+    con = store.open_store(args.db, create=False)
     obj = trace_stats(con, args.trace)
     _emit(args, obj, json.dumps(clean(obj), indent=2))
 
@@ -95,7 +95,7 @@ def cmd_stats(args) -> None:
 def cmd_fit(args) -> None:
     from planner.workload.fits import fit_report
 
-    con = store.open_store(args.db)
+    con = store.open_store(args.db, create=False)
     obj = fit_report(con, args.trace, args.field, cap=args.cap, detect=not args.no_detect)
     lines = [f"{args.field}: n={obj['n']}, censored at {obj['censored_at']} ({obj['censored_fraction']:.2%}); "
              f"best {obj['best']}"]
@@ -108,7 +108,7 @@ def cmd_workload(args) -> None:
     from planner.workload.tables import DEFAULT_BUCKET_EDGES, parse_bucket_edges, workload_report
 
     edges = parse_bucket_edges(args.buckets) if args.buckets else DEFAULT_BUCKET_EDGES
-    con = store.open_store(args.db)
+    con = store.open_store(args.db, create=False)
     kv_bytes = None
     if args.model:
         from planner.capacity.memory import kv_bytes_per_token
@@ -129,7 +129,7 @@ def cmd_memory(args) -> None:
         from planner.traces.queries import request_lengths
         from planner.workload.tables import trace_reuse
 
-        con = store.open_store(args.db)
+        con = store.open_store(args.db, create=False)
         lengths = request_lengths(con, store.get_trace(con, args.trace).trace_id)
         reuse = trace_reuse(con, args.trace, shared_prefix=args.shared_prefix, block_size=scenario.block_size)
     elif args.shared_prefix:
@@ -147,13 +147,14 @@ def cmd_memory(args) -> None:
              f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "
              f"({plan.kv_bytes_per_token_per_gpu:,} per GPU); pool {plan.kv_pool_bytes / gib:.2f} GiB = "
              f"{plan.num_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens per GPU; maximum concurrency "
-             f"{plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request")
+             f"{plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request; memory profiled as vLLM "
+             f"{scenario.release.label} does (--vllm-version {scenario.overheads.vllm_version})")
     _emit(args, report.to_dict(), human)
 
 
 def cmd_rejects(args) -> None:
     target = writable_path("-o", args.output) if args.output else None
-    con = store.open_store(args.db)
+    con = store.open_store(args.db, create=False)
     info = store.get_trace(con, args.trace)
     rows = store.rejects_of(con, info.trace_id)
     if target:

@@ -35,7 +35,7 @@ def cmd_report(args) -> None:
 
     targets = _targets(args)
     scenario, options = recommend_inputs(args)
-    con = store.open_store(args.db)
+    con = store.open_store(args.db, create=False)
     report = build_report(con, args.trace, scenario, options, progress_printer(not args.quiet),
                           executor=executor_from_args(args))
     texts = twins(report)

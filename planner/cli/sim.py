@@ -47,13 +47,13 @@ def _workload(args):
 
         if args.qps is None:
             raise PlannerError("--fitted draws new requests: give their rate with --qps")
-        con = store.open_store(args.db)
+        con = store.open_store(args.db, create=False)
         tid = store.get_trace(con, args.trace).trace_id
         return from_fits(fit_length_field(con, tid, "input_tokens"), fit_length_field(con, tid, "output_tokens"),
                          args.requests, args.qps, args.arrival_cv, args.seed).with_shared_prefix(args.shared_prefix)
     if args.trace:
-        return from_trace(store.open_store(args.db), args.trace, rate_scale=args.rate_scale, qps=args.qps,
-                          seed=args.seed, shared_prefix=args.shared_prefix, served_by=args.trace_model)
+        return from_trace(store.open_store(args.db, create=False), args.trace, rate_scale=args.rate_scale,
+                          qps=args.qps, seed=args.seed, shared_prefix=args.shared_prefix, served_by=args.trace_model)
     if args.shared_prefix:
         raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes "
                            "prefix=TOKENS:SHARE")
@@ -112,7 +112,8 @@ def cmd_calibrate(args) -> None:
 
         if not 0 < args.holdout < 1:
             raise PlannerError(f"--holdout {args.holdout}: expected the share of the trace to hold out, in (0, 1)")
-        measured = measured_latencies(store.open_store(args.db), args.trace, scenario.model, args.trace_model)
+        measured = measured_latencies(store.open_store(args.db, create=False), args.trace, scenario.model,
+                                      args.trace_model)
         report = trace_calibration.fit_measured(scenario, measured, args.holdout, _progress_printer(not args.json))
     calibration_file.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
@@ -185,7 +186,7 @@ def cmd_recommend(args) -> None:
         from planner.recommend.costs import parse_gpu_options
 
         parse_gpu_options(args.gpu_options)      # an unknown GPU or a bad price fails before any work
-    workload = from_trace(store.open_store(args.db), args.trace, shared_prefix=options.shared_prefix)
+    workload = from_trace(store.open_store(args.db, create=False), args.trace, shared_prefix=options.shared_prefix)
     progress = _progress_printer(not args.quiet)
     if args.gpu_options:
         from planner.recommend.costs import compare_gpus

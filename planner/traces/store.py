@@ -120,13 +120,16 @@ def _check_store_path(db_path: Path) -> None:
                            "DuckDB store file or a new path, and nothing in it was changed")
 
 
-def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnection:
+def open_store(path: str | os.PathLike | None = None, create: bool = True) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the DuckDB store and make sure its tables exist.
 
     Parameters
     ----------
     path : path-like, optional
         The DuckDB file; defaults to :func:`default_db_path`.
+    create : bool
+        Create the store where none is. False for commands that read a stored trace: a mistyped ``--db`` is then
+        one clear error, not an empty store left behind and a "no such trace" about it.
 
     Returns
     -------
@@ -135,6 +138,9 @@ def open_store(path: str | os.PathLike | None = None) -> duckdb.DuckDBPyConnecti
     """
     db_path = Path(path).expanduser() if path is not None else default_db_path()
     _check_store_path(db_path)
+    if not create and not db_path.exists():
+        raise PlannerError(f"no trace store at {db_path}: expected the store a trace was ingested into (the same "
+                           "--db, or $PLANNER_DB, as the ingest); nothing was created there")
     db_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         con = duckdb.connect(str(db_path))

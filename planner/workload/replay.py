@@ -182,7 +182,11 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
     elif model is None or len(counts) == 0:
         return frame, ()
     else:
-        keep = next((name for name in counts if names_model(name, model)), None)
+        named = [name for name in counts if names_model(name, model)]
+        if len(named) > 1:           # a base and its fine-tune (FINE_TUNES) are one preset but two servers
+            raise PlannerError(f"trace {trace!r} holds the latencies of several servers of {model.name} ({listed}): "
+                               "calibrate on one server's, naming it with --trace-model")
+        keep = named[0] if named else None
         if keep is None and len(counts) > 1:
             raise PlannerError(f"trace {trace!r} holds the latencies of several models ({listed}) and none is "
                                f"{model.name}: calibrate on one server's, naming its model (--model, or the "
@@ -207,6 +211,7 @@ def replayed_as_another(trace_model: str, model: ModelSpec) -> str:
 
 
 def names_model(name: str, model: ModelSpec) -> bool:
-    """Whether a trace's model name is ``model``: its preset name or Hugging Face id, either case."""
+    """Whether a trace's model name is ``model``: its preset name or Hugging Face id (or a fine-tune's sharing its
+    config, :data:`planner.catalog.presets.FINE_TUNES`), either case."""
     key = name.strip().lower()
     return bool(key) and (key in (model.name.lower(), (model.hf_id or "").lower()) or preset_name(key) == model.name)
