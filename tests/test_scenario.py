@@ -85,10 +85,21 @@ def test_every_layer_reads_the_same_dtypes():
     assert fp8.coefficients.kv_bytes_per_token == base.coefficients.kv_bytes_per_token / 2
     assert fp8.coefficients.weight_bytes < 0.6 * base.coefficients.weight_bytes        # embeddings stay 16-bit
     # the A100 has no FP8 tensor cores: vLLM runs FP8 weights there weight-only, at the 16-bit peak
-    assert fp8.coefficients.s_per_flop == base.coefficients.s_per_flop
+    assert fp8.coefficients.linear_s_per_token == base.coefficients.linear_s_per_token
     h100 = get_gpu("h100-sxm")
-    assert Scenario(LLAMA8, h100, weight_dtype="fp8").coefficients.s_per_flop == pytest.approx(
-        Scenario(LLAMA8, h100).coefficients.s_per_flop * 989 / 1979)                      # FP8 1,979 TFLOPS
+    on_h100 = {kv: Scenario(LLAMA8, h100, weight_dtype="fp8", kv_cache_dtype=kv).coefficients
+               for kv in ("auto", "fp8", "fp8_e5m2")}
+    bf16 = Scenario(LLAMA8, h100).coefficients
+    # FP8 weights: the linear layers at the FP8 peak (1,979 TFLOPS), the output head and attention still in 16 bits
+    assert on_h100["auto"].linear_s_per_token == pytest.approx(bf16.linear_s_per_token * 989 / 1979)
+    assert (on_h100["auto"].logit_s_per_seq, on_h100["auto"].attn_s_per_pair) == (bf16.logit_s_per_seq,
+                                                                                  bf16.attn_s_per_pair)
+    # FlashAttention 3 computes attention in FP8 over an e4m3 KV cache (not e5m2), on Hopper only
+    assert on_h100["fp8"].attn_s_per_pair == pytest.approx(bf16.attn_s_per_pair * 989 / 1979)
+    assert on_h100["fp8_e5m2"].attn_s_per_pair == bf16.attn_s_per_pair
+    l40s = get_gpu("l40s")
+    assert Scenario(LLAMA8, l40s, kv_cache_dtype="fp8").coefficients.attn_s_per_pair == \
+        Scenario(LLAMA8, l40s).coefficients.attn_s_per_pair
     assert fp8.settings.num_blocks == fp8.memory.num_blocks > 2 * base.memory.num_blocks
 
 

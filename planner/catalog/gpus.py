@@ -54,6 +54,9 @@ class GPU:
     roofline_p: float = DEFAULT_ROOFLINE_P
     # FP8 tensor cores (Hopper, Ada, CDNA3); Ampere has none, so vLLM runs FP8 checkpoints there weight-only
     fp8_tensor_cores: bool = True
+    # FlashAttention 3 (Hopper): with an FP8 (e4m3) KV cache it computes attention itself in FP8, the queries
+    # quantized too (vLLM docs, "Quantized KV Cache"); other backends dequantize and compute in 16 bits
+    fp8_attention: bool = False
 
     @property
     def memory_gib(self) -> float:
@@ -72,6 +75,14 @@ class GPU:
         W8A16) at the 16-bit peak; INT8 checkpoints run W8A8 (compressed-tensors, SmoothQuant) at the INT8 peak;
         INT4 (AWQ/GPTQ Marlin, W4A16) and 16-bit weights at the 16-bit peak."""
         if weight_dtype == "int8" or (weight_dtype == "fp8" and self.fp8_tensor_cores):
+            return self.int8_ops
+        return self.bf16_flops
+
+    def attention_peak_flops(self, kv_cache_dtype: str) -> float:
+        """The dense tensor peak (FLOP/s) attention reaches: the 8-bit one with an FP8 (e4m3) KV cache where
+        :attr:`fp8_attention`, else the 16-bit one. FP8 and INT8 checkpoints quantize the linear layers, not the
+        attention between queries and keys, nor the output head."""
+        if self.fp8_attention and kv_cache_dtype in ("fp8", "fp8_e4m3"):
             return self.int8_ops
         return self.bf16_flops
 
@@ -134,12 +145,13 @@ GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
         fp8_tensor_cores=False),
     GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
         2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)",
-        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S),
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True),
     GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5, 350,
-        2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5"),
+        2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5",
+        fp8_attention=True),
     GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
         3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB",
-        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S),
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True),
     GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4, 350,
         1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)"),
     GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4, 72,

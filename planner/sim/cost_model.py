@@ -4,7 +4,8 @@ One iteration runs prefill chunks (each after some earlier context) and decoding
 together. Its time is ``max(FLOPs / (MFU · peak), bytes / (MBU · bandwidth)) + TP all-reduces + a per-step and a
 per-sequence overhead``, the ``max`` smoothed near the ridge point (``roofline_p``). Linear layers cost
 ``2 · active parameters`` FLOPs per token; causal attention ``4 · layers · heads · head_dim`` per (query, key)
-pair; the logits ``2 · vocab · hidden`` per sequence. Bytes are the weights (all experts of an MoE) plus the KV
+pair; the logits ``2 · vocab · hidden`` per sequence, each kind at the tensor peak it runs at (an 8-bit checkpoint's
+linear layers at the 8-bit one, attention and the logits in 16 bits). Bytes are the weights (all experts of an MoE) plus the KV
 cache the batch reads. Defaults and their sources:
 ``../shared/reference/performance-models.md`` §2–3; :mod:`planner.sim.calibration` fits them to measurements.
 """
@@ -172,11 +173,10 @@ class CostParams:
 class StepCoefficients:
     """Per-iteration constants of one model × GPU × TP × params (seconds per unit), for fast repeated use."""
 
-    s_per_flop: float
+    linear_s_per_token: float    # the linear layers, at the weights' tensor peak
+    logit_s_per_seq: float       # the output head (left in 16 bits by quantized checkpoints)
+    attn_s_per_pair: float       # attention per (query, key) pair, at its own peak (16-bit unless FP8 attention)
     s_per_byte: float
-    linear_flops_per_token: float
-    logit_flops_per_seq: float
-    attn_flops_per_pair: float
     weight_bytes: float          # per GPU, streamed once per step (all but an untied input embedding)
     kv_bytes_per_token: float    # per GPU
     comm_s_per_token: float      # all-reduce bandwidth term per batch token (0 without TP)
@@ -197,11 +197,14 @@ _ROOFLINE_P = [f.name for f in fields(StepCoefficients)].index("roofline_p")   #
 
 def coefficients(scenario: Scenario) -> StepCoefficients:
     """The constants :func:`step_seconds` needs for the scenario's model on its ``tp`` GPUs, its weight and KV
-    dtypes (8-bit weights stream half the bytes; :meth:`planner.catalog.gpus.GPU.peak_flops` says which tensor peak
-    each dtype reaches) and its cost parameters. Take it as :attr:`Scenario.coefficients`."""
+    dtypes (8-bit weights stream half the bytes; :meth:`planner.catalog.gpus.GPU.peak_flops` and
+    :meth:`~planner.catalog.gpus.GPU.attention_peak_flops` say which tensor peak the linear layers and attention
+    reach) and its cost parameters. Take it as :attr:`Scenario.coefficients`."""
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
     params = scenario.cost.resolved(scenario)
-    peak = gpu.peak_flops(scenario.weight_dtype)
+    # MFU over the TP group, of a peak per kind of FLOP: the linear layers at the weights' tensor peak, the output
+    # head (which FP8, INT8 and INT4 checkpoints leave unquantized) at the 16-bit one, attention at its backend's
+    rate = params.mfu * tp
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
     attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
@@ -221,9 +224,10 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     gathered_bytes = 0 if model.tied_embeddings else math.ceil(model.vocab / tp) * model.hidden * 2
     piecewise_s = model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0
     return StepCoefficients(
-        s_per_flop=1.0 / (params.mfu * peak * tp), s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
-        linear_flops_per_token=2.0 * linear_params, logit_flops_per_seq=2.0 * model.vocab * model.hidden,
-        attn_flops_per_pair=4.0 * model.layers * attn_width,
+        linear_s_per_token=2.0 * linear_params / (rate * gpu.peak_flops(scenario.weight_dtype)),
+        logit_s_per_seq=2.0 * model.vocab * model.hidden / (rate * gpu.bf16_flops),
+        attn_s_per_pair=4.0 * model.layers * attn_width / (rate * gpu.attention_peak_flops(scenario.kv_cache_dtype)),
+        s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         weight_bytes=weight_bytes - gathered_bytes,
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
@@ -291,11 +295,10 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
 def step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
     """``(compute_s, memory_s, overhead_s)`` of one iteration (:func:`step_seconds`' arguments): FLOPs at MFU,
     bytes at MBU, and what runs beside them (per-step, per-sequence, all-reduce, piecewise-graph costs)."""
-    (s_per_flop, s_per_byte, linear_per_token, logit_per_seq, attn_per_pair, weight_bytes, kv_per_token,
+    (linear_per_token, logit_per_seq, attn_per_pair, s_per_byte, weight_bytes, kv_per_token,
      comm_per_token, comm_fixed, step_overhead, seq_overhead, _, mixed_step, expert_bytes, miss_log) = c
     tokens = prefill_tokens + decode_count
-    flops = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
-    compute = flops * s_per_flop
+    compute = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
     # an MoE layer reads only the experts its tokens are routed to: E·(1 − (1 − k/E)^tokens) expected of E
     untouched = math.exp(tokens * miss_log) if expert_bytes > 0.0 else 0.0
     memory = (weight_bytes - expert_bytes * untouched + kv_per_token * (context_tokens + tokens)) * s_per_byte
