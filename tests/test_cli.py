@@ -3,6 +3,8 @@ import json
 import pytest
 from helpers import cli_json, run_cli, write
 
+from planner.traces import store
+
 CONTRACT_INGEST_KEYS = {"trace_id", "name", "rows", "rejected", "failed", "format", "mapping", "has_timestamps",
                         "duplicate_of"}
 
@@ -15,6 +17,8 @@ def test_ingest_traces_stats_follow_the_contract(tmp_path):
     assert CONTRACT_INGEST_KEYS <= set(ing)
     assert ing["format"] == "jsonl" and ing["name"] == "moon" and ing["has_timestamps"] is True
     assert ing["mapping"] == {"arrival": "timestamp", "input_tokens": "input_length", "output_tokens": "output_length"}
+    assert cli_json("traces", db=tmp_path / "none.duckdb") == {"traces": []}   # and no store made there
+    assert not (tmp_path / "none.duckdb").exists()
     listed = cli_json("traces", db=db)["traces"]
     assert [(t["trace_id"], t["name"], t["rows"]) for t in listed] == [(ing["trace_id"], "moon", 10)]
     assert listed[0]["created"]
@@ -73,7 +77,7 @@ def test_bad_input_gives_one_error_line_and_no_traceback(tmp_path, content, args
     (["ingest", "/definitely/not/here.csv"], "no such file"),
 ])
 def test_missing_things_are_named(tmp_path, args, needle):
-    run_cli("traces", db=tmp_path / "s.duckdb")            # an empty store: the trace, not the store, is missing
+    store.open_store(tmp_path / "s.duckdb").close()       # an empty store: the trace, not the store, is missing
     proc = run_cli(*args, "--json", db=tmp_path / "s.duckdb", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error:") and needle in proc.stderr

@@ -47,8 +47,8 @@ class CapacityReport:
         out = {k: getattr(self.plan, k) for k in CONTRACT_KEYS}
         # the release whose profiling rules sized the pool: the same flags give other pools on other releases
         out.update({"model": self.scenario.model.name, "gpu": self.scenario.gpu.name, "tp": self.scenario.tp,
-                    "vllm_version": self.scenario.overheads.vllm_version,
-                    "vllm_release": self.scenario.release.label, "plan": self.plan.to_dict(), "breakdown_gib": self.plan.breakdown_gib(), "seed": self.seed,
+                    "vllm_version": self.scenario.overheads.vllm_version, "vllm_release": self.scenario.release.label,
+                    "plan": self.plan.to_dict(), "breakdown_gib": self.plan.breakdown_gib(), "seed": self.seed,
                     "concurrency_curve": self.concurrency_curve})
         if self.fit_check is not None:
             out["fit_check"] = self.fit_check.to_dict()

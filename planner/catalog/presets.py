@@ -302,8 +302,8 @@ def preset_name(ref: str) -> str | None:
 
 
 def get_model(ref: str) -> ModelSpec:
-    """A preset by name or by its Hugging Face id (``Qwen/Qwen3-14B``) or one of its :data:`FINE_TUNES`'
-    (``meta-llama/Llama-3.1-8B-Instruct``), or a model read from a path to a ``config.json``."""
+    """A preset by name, by its Hugging Face id (``Qwen/Qwen3-14B``) or by the id of one of its
+    :data:`FINE_TUNES` (``meta-llama/Llama-3.1-8B-Instruct``); or a model read from a path to a ``config.json``."""
     key = preset_name(ref)
     if key is not None:
         hf_id, cfg, published, help_text = _PRESETS[key]

@@ -75,8 +75,8 @@ def cmd_ingest(args) -> None:
 
 
 def cmd_traces(args) -> None:
-    con = store.open_store(args.db)
-    traces = store.list_traces(con)
+    # listing creates no store: where none is, there are no traces
+    traces = store.list_traces(store.open_store(args.db)) if store.store_path(args.db).exists() else []
     obj = {"traces": [{"trace_id": t.trace_id, "name": t.name, "rows": t.rows, "created": t.created,
                        "failed": t.failed, "rejected": t.rejected, "format": t.format, "layout": t.layout,
                        "source_file": t.source_file} for t in traces]}

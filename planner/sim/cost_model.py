@@ -4,9 +4,9 @@ One iteration runs prefill chunks (each after some earlier context) and decoding
 together. Its time is ``max(FLOPs / (MFU · peak), bytes / (MBU · bandwidth)) + TP all-reduces + a per-step and a
 per-sequence overhead``, the ``max`` smoothed near the ridge point (``roofline_p``). Linear layers cost
 ``2 · active parameters`` FLOPs per token; causal attention ``4 · layers · heads · head_dim`` per (query, key)
-pair; the logits ``2 · vocab · hidden`` per sequence, each kind at the tensor peak it runs at (an 8-bit checkpoint's
-linear layers at the 8-bit one, attention and the logits in 16 bits). Bytes are the weights (all experts of an MoE) plus the KV
-cache the batch reads. Defaults and their sources:
+pair; the logits ``2 · vocab · hidden`` per sequence, each kind at the tensor peak it runs at (an 8-bit
+checkpoint's linear layers at the 8-bit one, attention and the logits in 16 bits). Bytes are the weights (all
+experts of an MoE) plus the KV cache the batch reads. Defaults and their sources:
 ``../shared/reference/performance-models.md`` §2–3; :mod:`planner.sim.calibration` fits them to measurements.
 """
 

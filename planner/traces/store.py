@@ -93,6 +93,11 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir("llm-capacity-planner")) / "traces.duckdb"
 
 
+def store_path(path: str | os.PathLike | None = None) -> Path:
+    """The store file ``path`` names (``--db``), else :func:`default_db_path`."""
+    return Path(path).expanduser() if path is not None else default_db_path()
+
+
 # a DuckDB database file holds this at byte 8 (after its header checksum): storage/storage_info.hpp, MAGIC_BYTES
 _DUCKDB_MAGIC_OFFSET, _DUCKDB_MAGIC = 8, b"DUCK"
 
@@ -136,7 +141,7 @@ def open_store(path: str | os.PathLike | None = None, create: bool = True) -> du
     duckdb.DuckDBPyConnection
         A connection with the session time zone set to UTC, so zone-less timestamps read as UTC.
     """
-    db_path = Path(path).expanduser() if path is not None else default_db_path()
+    db_path = store_path(path)
     _check_store_path(db_path)
     if not create and not db_path.exists():
         raise PlannerError(f"no trace store at {db_path}: expected the store a trace was ingested into (the same "
