@@ -97,6 +97,9 @@ def test_every_layer_reads_the_same_dtypes():
     # FlashAttention 3 computes attention in FP8 over an e4m3 KV cache (not e5m2), on Hopper only
     assert on_h100["fp8"].attn_s_per_pair == pytest.approx(bf16.attn_s_per_pair * 989 / 1979)
     assert on_h100["fp8_e5m2"].attn_s_per_pair == bf16.attn_s_per_pair
+    # vLLM V1's backend; V0's kernels dequantize the cache and compute in 16 bits
+    assert Scenario(LLAMA8, h100, kv_cache_dtype="fp8", engine="vllm-v0").coefficients.attn_s_per_pair == \
+        Scenario(LLAMA8, h100, engine="vllm-v0").coefficients.attn_s_per_pair
     l40s = get_gpu("l40s")
     assert Scenario(LLAMA8, l40s, kv_cache_dtype="fp8").coefficients.attn_s_per_pair == \
         Scenario(LLAMA8, l40s).coefficients.attn_s_per_pair

@@ -54,8 +54,9 @@ class GPU:
     roofline_p: float = DEFAULT_ROOFLINE_P
     # FP8 tensor cores (Hopper, Ada, CDNA3); Ampere has none, so vLLM runs FP8 checkpoints there weight-only
     fp8_tensor_cores: bool = True
-    # FlashAttention 3 (Hopper): with an FP8 (e4m3) KV cache it computes attention itself in FP8, the queries
-    # quantized too (vLLM docs, "Quantized KV Cache"); other backends dequantize and compute in 16 bits
+    # FlashAttention 3 (Hopper), vLLM V1's attention backend there: with an FP8 (e4m3) KV cache it computes
+    # attention itself in FP8, the queries quantized too (vLLM docs, "Quantized KV Cache"); other backends
+    # dequantize and compute in 16 bits
     fp8_attention: bool = False
 
     @property

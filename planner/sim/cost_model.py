@@ -203,8 +203,11 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     model, gpu, tp = scenario.model, scenario.gpu, scenario.tp
     params = scenario.cost.resolved(scenario)
     # MFU over the TP group, of a peak per kind of FLOP: the linear layers at the weights' tensor peak, the output
-    # head (which FP8, INT8 and INT4 checkpoints leave unquantized) at the 16-bit one, attention at its backend's
+    # head (which FP8, INT8 and INT4 checkpoints leave unquantized) at the 16-bit one, attention at its backend's:
+    # vLLM V1's FlashAttention 3 computes in FP8 over an FP8 cache on Hopper, other engines' kernels dequantize
     rate = params.mfu * tp
+    attn_peak = (gpu.attention_peak_flops(scenario.kv_cache_dtype) if scenario.engine_spec.v1_runtime
+                 else gpu.bf16_flops)
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
     attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
@@ -226,7 +229,7 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     return StepCoefficients(
         linear_s_per_token=2.0 * linear_params / (rate * gpu.peak_flops(scenario.weight_dtype)),
         logit_s_per_seq=2.0 * model.vocab * model.hidden / (rate * gpu.bf16_flops),
-        attn_s_per_pair=4.0 * model.layers * attn_width / (rate * gpu.attention_peak_flops(scenario.kv_cache_dtype)),
+        attn_s_per_pair=4.0 * model.layers * attn_width / (rate * attn_peak),
         s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         weight_bytes=weight_bytes - gathered_bytes,
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
