@@ -110,7 +110,8 @@ class Engine:
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
     # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
-    # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency)
+    # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency); and
+    # its attention backend, FP8 over an FP8 KV cache on Hopper (GPU.attention_peak_flops)
     v1_runtime: bool = False
     tp_step_overhead_s: float = 0.0    # CostParams.tp_step_overhead_s where a calibration leaves it to the engine
     # whether its loop caches prefixes under given settings (None: never), and what the real engine does
