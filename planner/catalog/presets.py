@@ -211,10 +211,11 @@ _PRESETS = {
                      {**_llama(4096, 32, 32, 8, 14336, 32000, 32768), "model_type": "mixtral",
                       "num_local_experts": 8, "num_experts_per_tok": 2}, 46_702_792_704,
                      "Mixtral 8x7B: 8 experts, top-2; 12.9B active"),
-    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-v0.1",
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",
                       {**_llama(6144, 56, 48, 8, 16384, 32768, 65536), "model_type": "mixtral",
                        "num_local_experts": 8, "num_experts_per_tok": 2}, 140_630_071_296,
-                      "Mixtral 8x22B: 8 experts, top-2; 39B active (count: Instruct v0.1's safetensors, same shapes)"),
+                      "Mixtral 8x22B Instruct v0.1: 8 experts, top-2; 39B active (its 32,768-token vocabulary; the "
+                      "base v0.1 has 32,000)"),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B", {**_llama(3584, 28, 28, 4, 18944, 152064, 131072), "model_type": "qwen2"},
                    7_615_616_512, "Qwen2.5 7B: 4 KV heads (56 KiB/token), q/k/v biases"),
     "qwen2.5-72b": ("Qwen/Qwen2.5-72B", {**_llama(8192, 80, 64, 8, 29568, 152064, 131072), "model_type": "qwen2"},
@@ -262,9 +263,9 @@ _PRESETS = {
 
 # Fine-tunes published with their base's config.json (the same shapes, vocabulary and context), by Hugging Face id:
 # a trace logs the id its server was started with, most often a chat or instruct one, and these are the preset's
-# model. Left out where the config differs: Qwen2.5-*-Instruct and Qwen3-14B-Base (a 32,768-token context, not
-# 131,072 and 40,960), Mistral-7B-Instruct-v0.2 and later (no sliding window, a 32,768 vocabulary in v0.3), FP8
-# checkpoints (another weight dtype: give --weight-dtype fp8).
+# model. Left out where the config differs: Qwen2.5-*-Instruct (a 32,768-token context, not 131,072),
+# Mistral-7B-Instruct-v0.2 and later (no sliding window, a 32,768 vocabulary in v0.3), Mixtral-8x22B-v0.1 (a
+# 32,000 vocabulary: its preset is the Instruct's), FP8 checkpoints (another weight dtype: give --weight-dtype fp8).
 FINE_TUNES: dict[str, tuple[str, ...]] = {
     "llama-3-8b": ("meta-llama/Meta-Llama-3-8B-Instruct",),
     "llama-3-70b": ("meta-llama/Meta-Llama-3-70B-Instruct",),
@@ -279,7 +280,6 @@ FINE_TUNES: dict[str, tuple[str, ...]] = {
     "codellama-34b": ("codellama/CodeLlama-34b-hf", "codellama/CodeLlama-34b-Python-hf"),
     "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1",),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
-    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
     "yi-34b": ("01-ai/Yi-34B-Chat",),
     "falcon-180b": ("tiiuae/falcon-180B-chat",),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
