@@ -37,7 +37,7 @@ LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
 # a fit still this far off (median |error| of its own rows) is refused: its rows are not the scenario's step times
 # (the bench's six DistServe rows fit at 1.7%; step_ms given in seconds, at 100%)
 UNFOLLOWED = 0.5
-OVERFIT = 2.0            # cross-validated median error this many times the in-sample one (and over 5%) is warned of
+OVERFIT = 2.0            # an unseen part's median error this many times the fitted one's (and over 5%) is warned of
 
 
 def read_points(path: str | Path) -> pl.DataFrame:
@@ -64,18 +64,16 @@ def read_points(path: str | Path) -> pl.DataFrame:
             (~pl.col("step_ms").is_finite() | (pl.col("step_ms") <= 0),
              "a step_ms that is not a positive number; expected the step's time in milliseconds"),
             (pl.col("prefill_tokens") * pl.col("prefill_count") + pl.col("decode_count") <= 0,
-             "no tokens; expected a prefill batch or a decode batch")):
+             "no tokens; expected a prefill batch or a decode batch"),
+            # a count without its lengths (or lengths without a count) would be dropped unseen: the row is mistyped
+            (((pl.col("prefill_tokens") > 0) != (pl.col("prefill_count") > 0))
+             | ((pl.col("decode_count") > 0) != (pl.col("decode_context") > 0)),
+             "prefill tokens without a prefill count, a decode count without a context, or the reverse; expected "
+             "both of a pair or neither (a decode's context is at least 1 token)")):
         rows = numbered.filter(bad)["row"]
         if rows.len():
             more = f" (and {rows.len() - 1} more)" if rows.len() > 1 else ""
             raise PlannerError(f"--points {path}: line {rows[0]}{more} holds {what}")
-    # a count without its lengths (or lengths without a count) would be dropped unseen: the row is mistyped
-    half = numbered.filter(((pl.col("prefill_tokens") > 0) != (pl.col("prefill_count") > 0))
-                           | ((pl.col("decode_count") > 0) != (pl.col("decode_context") > 0)))
-    if half.height:
-        raise PlannerError(f"--points {path}: line {half['row'][0]} (and {half.height - 1} more) gives prefill "
-                           "tokens without a prefill count, a decode count without a context, or the reverse; "
-                           "expected both of a pair or neither (a decode's context is at least 1 token)")
     distinct = frame.select(POINT_COLUMNS[:-1]).n_unique()
     if distinct < len(_POINT_PARAMS):
         raise PlannerError(f"--points {path}: {frame.height} rows time {distinct} distinct steps; the "
@@ -138,7 +136,8 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     fit = _solve(scenario, aggs, measured)
     params = with_values(scenario.cost, _POINT_PARAMS, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
-    _check_followed(scenario, frame, measured, predicted)
+    in_sample = float(np.median(np.abs(predicted / measured - 1)))
+    _check_followed(scenario, frame, measured, in_sample)
     report = fit_report(params, measured, predicted, "iterations")
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
     moves = {name: float(np.max(np.abs(fit.jac[:, j] * NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
@@ -151,12 +150,11 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     steps = _steps(frame)
     report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps)
     cv = report["cross_validated"]
-    in_sample = float(np.median(np.abs(predicted / measured - 1)))
     if cv is None:
         report["warnings"].append(f"{steps.max() + 1} distinct steps are too few to predict any of them from a fit "
                                   f"without it ({len(_POINT_PARAMS)} parameters need at least "
                                   f"{len(_POINT_PARAMS) + 1}): its error off these rows is unknown")
-    elif cv["median_abs_error"] > max(OVERFIT * in_sample, WEAK * 5):
+    elif overfitted(cv["median_abs_error"], in_sample):
         report["warnings"].append(
             f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
             f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
@@ -166,10 +164,16 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
     return report
 
 
-def _check_followed(scenario: Scenario, frame: pl.DataFrame, measured: np.ndarray, predicted: np.ndarray) -> None:
-    """Refuse a fit that still misses the rows by more than :data:`UNFOLLOWED` (median): the rows are not this
-    server's step times, most often a unit slip, which the ratio to the scenario's own prediction shows."""
-    miss = float(np.median(np.abs(predicted / measured - 1)))
+def overfitted(predicted_error: float, fitted_error: float) -> bool:
+    """Whether data a fit did not see is predicted far worse (median |error| ``predicted_error``) than the data it
+    fitted (``fitted_error``): :data:`OVERFIT` times as badly, and by more than 5%."""
+    return predicted_error > max(OVERFIT * fitted_error, WEAK * 5)
+
+
+def _check_followed(scenario: Scenario, frame: pl.DataFrame, measured: np.ndarray, miss: float) -> None:
+    """Refuse a fit that still misses the rows by more than :data:`UNFOLLOWED` (``miss``, its median |error|): the
+    rows are not this server's step times, most often a unit slip, which the ratio to the scenario's own prediction
+    shows."""
     if miss <= UNFOLLOWED:
         return
     scale = float(np.median(measured / predict_points(scenario, frame)))

@@ -12,8 +12,8 @@ import numpy as np
 from scipy import optimize
 
 from planner.errors import PlannerError
-from planner.sim.calibration import (BOUNDS, NUDGE, OVERFIT, TRACE_PARAMS, WEAK, at_bound, fit_report, inherited,
-                                     weak, with_values)
+from planner.sim.calibration import (BOUNDS, NUDGE, TRACE_PARAMS, at_bound, fit_report, inherited, overfitted, weak,
+                                     with_values)
 from planner.sim.calibration_file import params_from_report
 from planner.sim.cost_model import CostParams
 
@@ -109,10 +109,10 @@ def _unmeasured(ttft_s: np.ndarray, tpot_s: np.ndarray) -> list[str]:
 
 
 def _held_out_gap(report: dict) -> list[str]:
-    """A warning where the held-out arrivals are predicted far worse than the fitted ones (the rule
-    :func:`fit_points` applies to its cross-validation)."""
+    """A warning where the held-out arrivals are predicted far worse than the fitted ones (:func:`overfitted`, as
+    :func:`planner.sim.calibration.fit_points` judges its cross-validation)."""
     fitted, held = report["in_sample"]["median_abs_error"], report["held_out"]["median_abs_error"]
-    if fitted is None or held is None or held <= max(OVERFIT * fitted, WEAK * 5):
+    if fitted is None or held is None or not overfitted(held, fitted):
         return []
     return [f"the held-out arrivals are predicted at {held:.1%} median error (bias {report['held_out']['bias']:+.1%}), "
             f"against {fitted:.1%} on the arrivals fitted: the fit follows the fitted part more closely than it "
