@@ -241,7 +241,8 @@ def test_calibration_nonsense_is_refused(capsys, tmp_path, params):
 @pytest.mark.parametrize("row, named", [("-512,1,0,0,20", "a negative, fractional or non-finite count"),
                                         ("512,1,0,0,nan", "a step_ms that is not a positive number"),
                                         ("512,1,0,0,0", "a step_ms that is not a positive number"),
-                                        ("0,0,0,0,20", "no tokens")])
+                                        ("0,0,0,0,20", "no tokens"),
+                                        ("512,0,4,100,20", "prefill tokens without a prefill count")])
 def test_points_with_nonsense_rows_are_refused_naming_the_line(capsys, tmp_path, row, named):
     path = write(tmp_path / "p.csv", "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n"
                  + "512,1,0,0,20\n" * 6 + row + "\n")
@@ -249,6 +250,18 @@ def test_points_with_nonsense_rows_are_refused_naming_the_line(capsys, tmp_path,
     line = refused(capsys, "calibrate", *MODEL, "--points", str(path), "-o", str(out))
     assert f"line 8 holds {named}" in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink"])
+def test_calibrate_refuses_to_write_over_its_points_file(capsys, tmp_path, spelling):
+    rows = "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n" + "512,1,0,0,20\n" * 6
+    (tmp_path / "d").mkdir()
+    path = write(tmp_path / "d" / "p.csv", rows)
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    out = {"same": path, "dotdot": tmp_path / "d" / ".." / "d" / "p.csv", "symlink": tmp_path / "link" / "p.csv"}
+    line = refused(capsys, "calibrate", *MODEL, "--points", str(path), "-o", str(out[spelling]))
+    assert "is the --points file" in line, line
+    assert path.read_text() == rows
 
 
 @pytest.mark.parametrize("target", ["dir", "missing", "proc"])

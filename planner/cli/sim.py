@@ -101,7 +101,7 @@ def cmd_calibrate(args) -> None:
     if bool(args.points) == bool(args.trace):
         raise PlannerError("give exactly one of --points CSV or --trace TRACE")
     target = writable_path("-o", args.output)          # before the fit, which can take minutes on a trace
-    if args.points and target == Path(args.points).resolve():
+    if args.points and target.exists() and Path(args.points).exists() and target.samefile(args.points):
         raise PlannerError(f"-o {args.output} is the --points file: the calibration would overwrite the measured "
                            "iterations; expected another path")
     scenario = scenario_from_args(args)
@@ -115,7 +115,7 @@ def cmd_calibrate(args) -> None:
         measured = measured_latencies(store.open_store(args.db, create=False), args.trace, scenario.model,
                                       args.trace_model)
         report = trace_calibration.fit_measured(scenario, measured, args.holdout, _progress_printer(not args.json))
-    calibration_file.save(report, target, scenario)
+    fitted = calibration_file.save(report, target, scenario)
     obj = {"path": args.output, "params": report["params"], "fitted": report["fitted"], "mape": report["mape"],
            "max_abs_error": report["max_abs_error"], "source": report["source"], "residuals": report["residuals"],
            "warnings": report["warnings"]}
@@ -132,7 +132,6 @@ def cmd_calibrate(args) -> None:
                 f"{r['metric']} {r['predicted_ms']:,.1f}/{r['measured_ms']:,.1f} ms ({r['error']:+.0%})"
                 for r in part["metrics"] if math.isfinite(r["error"])))
     # the parameters as they apply on this server (what the file leaves to the GPU and engine, filled in)
-    fitted = calibration_file.params_from_report(report, scenario, args.output)
     obj["resolved"] = {k: v for k, v in fitted.resolved(scenario).as_dict().items() if k not in ("source", "fitted_on")}
     if "cross_validated" in report:          # --points: null where too few steps to leave any out
         cv = obj["cross_validated"] = report["cross_validated"]

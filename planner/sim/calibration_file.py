@@ -97,6 +97,8 @@ def params_from_report(report: dict, scenario: Scenario, name: str) -> CostParam
     return params_from_json(file_text(report, scenario), name)
 
 
-def save(report: dict, path: str | Path, scenario: Scenario) -> None:
-    """Write the calibration file ``--calibration`` reads."""
-    write_atomically(Path(path), file_text(report, scenario))
+def save(report: dict, path: str | Path, scenario: Scenario) -> CostParams:
+    """Write the calibration file ``--calibration`` reads; its parameters as they read back."""
+    text = file_text(report, scenario)
+    write_atomically(Path(path), text)
+    return params_from_json(text, str(path))
