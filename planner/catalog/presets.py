@@ -287,6 +287,10 @@ FINE_TUNES: dict[str, tuple[str, ...]] = {
 }
 
 
+# a preset's Hugging Face id and its fine-tunes' ids, in lower case -> the preset
+_BY_HF_ID = {hf_id.lower(): name for name, (own, *_) in _PRESETS.items() for hf_id in (own, *FINE_TUNES.get(name, ()))}
+
+
 def preset_names() -> list[str]:
     return list(_PRESETS)
 
@@ -295,10 +299,7 @@ def preset_name(ref: str) -> str | None:
     """The preset ``ref`` names, by its name, its Hugging Face id or the id of one of its :data:`FINE_TUNES` (either
     case); None for any other name."""
     key = ref.strip().lower()
-    if key in _PRESETS:
-        return key
-    return next((name for name, preset in _PRESETS.items()
-                 if key == preset[0].lower() or key in (t.lower() for t in FINE_TUNES.get(name, ()))), None)
+    return key if key in _PRESETS else _BY_HF_ID.get(key)
 
 
 def get_model(ref: str) -> ModelSpec:
