@@ -88,9 +88,10 @@ def trace_calibration(trace_id: str, scenario, served_by: str | None = None, pro
     return kept(("calibrate", trace_id, served_by, scenario.key), fit)
 
 
-def calibration_section(info, s, served_by: str | None) -> None:
+def calibration_section(info, s, served_by: str | None, shown: tuple[str, ...] = ()) -> None:
     """The fit to the latencies of the trace (of ``served_by``'s requests, where given): fitted values, error and
-    bias on the part fitted and the part held out, warnings, and the file to download or apply to this session."""
+    bias on the part fitted and the part held out, warnings (but those the page ``shown`` already), and the file
+    to download or apply to this session."""
     bar = st.progress(0.0, text="calibrating…")
     try:
         report = trace_calibration(info.trace_id, s, served_by, lambda f, msg: bar.progress(min(f, 1.0), text=msg))
@@ -108,7 +109,8 @@ def calibration_section(info, s, served_by: str | None) -> None:
                           f"bias {report[split]['bias']:+.1%}" for split in ("in_sample", "held_out")
                           if report[split]["median_abs_error"] is not None))
     for warning in report["warnings"]:
-        show_warning(warning)
+        if warning not in shown:
+            show_warning(warning)
     text = file_text(report, s)
     c = st.columns(2)
     c[0].download_button("Download the calibration file", text, file_name=f"calibration-{info.name}.json",

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from pages._calibration import calibration_section, measured_latency, served_by_choice, served_models
+from pages._calibration import calibration_section, measured_latency, served_by_choice, served_models, show_warning
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
 from pages._shared import pool_edge, require_frame, selected_trace, show_rejections, show_table, simulation
@@ -80,7 +80,7 @@ show_table(summary.bucket_table(), "sim_buckets")
 # the replay's requests are one server's
 own_load = source == "trace replay" and scale == 1.0
 servers = served_models(info.trace_id) if own_load else {}
-measured = None
+measured, shown = None, ()          # shown: the warnings drawn here, not repeated by the calibration
 if own_load and len(servers) > 1 and served_by is None:
     if measured_latency(info.trace_id) is not None:
         st.caption(f"The trace's latencies were measured on {len(servers)} servers ({', '.join(servers)}): replay "
@@ -88,9 +88,9 @@ if own_load and len(servers) > 1 and served_by is None:
 elif own_load:
     measured = measured_latency(info.trace_id, served_by)
     if measured is not None and served_by is not None and not names_model(served_by, s.model):
-        note = replayed_as_another(served_by, s.model)
-        st.warning(f"{note[0].upper()}{note[1:]}: the comparison and a calibration describe another model than the "
-                   "one these latencies were measured on.")
+        shown = (replayed_as_another(served_by, s.model),)
+        show_warning(f"{shown[0]}: the comparison and a calibration describe another model than the one these "
+                     "latencies were measured on.")
 if measured is not None:
     st.markdown("**Predicted against the trace's measured latencies**")
     show_table(latency_errors(ttft, tpot, *measured), "sim_vs_measured")
@@ -103,7 +103,7 @@ if measured is not None:
         if st.button("Calibrate the cost model to these latencies", key="calibrate"):
             st.session_state["calibrate_for"] = (info.trace_id, served_by, s.key)
         if st.session_state.get("calibrate_for") == (info.trace_id, served_by, s.key):
-            calibration_section(info, s, served_by)
+            calibration_section(info, s, served_by, shown)
 c1, c2 = st.columns(2)
 c1.altair_chart(sim_charts.latency_cdf_chart(ttft, tpot, "Latency CDFs" + (": predicted and measured" if measured
                                                                             else ""), measured), key="sim_cdf")

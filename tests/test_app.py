@@ -339,6 +339,10 @@ def test_simulate_page_sets_the_replay_beside_the_traces_own_latencies(tmp_path,
     # the scenario's model (llama-3-8b) is not the one that server ran: the page says so, as the CLI does
     [warning] = [w.value for w in at.warning if "replayed as" in w.value]
     assert warning.startswith("The trace says llama-3-70b served these requests, and they are replayed as llama-3-8b")
+    # calibrating says it once, not again among the fit's warnings (which open with the same note, as the CLI's do)
+    at.button(key="calibrate").click().run()
+    assert not at.exception and table_with(at, "part")["part"][0] == "in-sample (1,700 requests)"
+    assert [w.value for w in at.warning if "replayed as" in w.value] == [warning]
     # a replay sped up is not the trace's own load: nothing to compare with
     at.number_input(key="scale").set_value(2.0).run()
     assert not any("measured_ms" in d.value.columns for d in at.dataframe)
