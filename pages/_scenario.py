@@ -158,7 +158,7 @@ def scenario() -> Scenario:
                           source="entered" if activation or non_torch or graphs else "defaults")
     try:
         if log_text.strip():
-            gpu, overheads = overheads_from_log(log_text, gpu, util)
+            gpu, overheads = overheads_from_log(log_text, gpu, util, version)
         out = Scenario(model, gpu, tp=int(tp), weight_dtype=None if weight_dtype == "model default" else weight_dtype,
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,

@@ -16,9 +16,10 @@ from planner.capacity.reservation import (
     seed_concurrency,
     tradeoff_table,
 )
-from planner.capacity.vllm_log import fit_overheads, parse_log
+from planner.capacity.vllm_log import fit_overheads, overheads_from_log, parse_log
 from planner.catalog.gpus import GiB, get_gpu
 from planner.catalog.presets import get_model
+from planner.errors import PlannerError
 from planner.scenario import Scenario
 from planner.sim.cost_model import predict_step
 from planner.sim.run import simulate
@@ -180,6 +181,24 @@ def test_log_reader_reproduces_the_servers_kv_capacity():
     assert plan.kv_pool_bytes / GiB == pytest.approx(58.11, abs=0.006)
     assert plan.kv_capacity_tokens == pytest.approx(476_016, rel=1e-3)
     assert plan.max_concurrency == pytest.approx(29.05, abs=0.01)
+
+
+def test_a_pasted_log_is_fitted_at_its_own_utilization_on_the_release_given_and_its_gpu_only():
+    h100 = get_gpu("h100-sxm")
+    model = get_model("llama-3.1-8b")
+    pools = {}
+    for util in (0.85, 0.9, 0.95, 0.98):
+        gpu, overheads = overheads_from_log(V019_LOG, h100, util, "0.15")
+        assert overheads.vllm_version == "0.15"          # the release asked for, not "current"
+        plan = Scenario(model, gpu, gpu_memory_utilization=util, max_model_len=16384, overheads=overheads).memory
+        pools[util] = plan.kv_pool_bytes
+    # the log ran at 0.95: there it reproduces the logged pool; elsewhere the pool moves by the memory added
+    assert pools[0.95] / GiB == pytest.approx(58.11, abs=0.006)
+    for util, pool in pools.items():
+        assert pool - pools[0.95] == pytest.approx((util - 0.95) * round(79.19 * GiB), abs=2)
+    # the log's 79.19 GiB is not an A100 40GB's 39.50: refused, not taken as that GPU's memory
+    with pytest.raises(PlannerError, match="the logged GPU has 79.19 GiB, but a100-40gb-sxm has 39.50 GiB"):
+        overheads_from_log(V019_LOG, get_gpu("a100-40gb-sxm"), 0.9)
 
 
 def test_v0_log_wording():

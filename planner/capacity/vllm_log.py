@@ -16,6 +16,9 @@ from planner.capacity.memory import LOG_SOURCE, Overheads
 from planner.catalog.gpus import GPU, GiB
 from planner.errors import PlannerError
 
+# a logged total memory against the GPU's: one GPU model's CUDA totals agree within 1% (A100 80GB 79.14-79.15 GiB);
+# another model's differ by 10% or more (H100 SXM 79.19 against H100 NVL's 93, A100 40GB's 39.50)
+LOG_MEMORY_TOLERANCE = 0.05
 _UNITS = {"gib": GiB, "gb": GiB, "mib": 1024**2, "mb": 1024**2}   # vLLM writes "GB" for GiB in older versions
 _NUM = r"([0-9][0-9,]*\.?[0-9]*)"
 _SIZE = _NUM + r"\s*(GiB|GB|MiB|MB)"
@@ -82,11 +85,13 @@ def parse_log(text: str) -> ParsedLog:
     return ParsedLog(**values)
 
 
-def fit_overheads(parsed: ParsedLog, requested_bytes: int) -> Overheads:
-    """Overheads that make the plan reproduce the log's KV memory.
+def fit_overheads(parsed: ParsedLog, requested_bytes: int, vllm_version: str = "current") -> Overheads:
+    """Overheads that make the plan reproduce the log's KV memory, ``requested_bytes`` being what the logged server
+    requested (its total memory times its ``gpu_memory_utilization``), on the release ``vllm_version``.
 
     The weights come from the log; activation and non-torch memory too when the log splits them (V0 wording),
-    else their sum is whatever ``requested − weights − available KV`` leaves, booked as activation.
+    else their sum is whatever ``requested − weights − available KV`` leaves, booked as activation. They are the
+    logged server's bytes, so a plan at another utilization moves the KV pool by exactly the memory it adds.
 
     Raises
     ------
@@ -103,19 +108,28 @@ def fit_overheads(parsed: ParsedLog, requested_bytes: int) -> Overheads:
     non_torch = min(parsed.non_torch_bytes or 0, residual)
     return Overheads(activation_bytes=residual - non_torch, non_torch_bytes=non_torch,
                      weights_bytes=parsed.weights_bytes, cudagraph_bytes=parsed.cudagraph_bytes or 0,
-                     cudagraph_counted=False, source=LOG_SOURCE)
+                     cudagraph_counted=False, source=LOG_SOURCE, vllm_version=vllm_version)
 
 
-def overheads_from_log(text: str, gpu: GPU, gpu_memory_utilization: float) -> tuple[GPU, Overheads]:
+def overheads_from_log(text: str, gpu: GPU, gpu_memory_utilization: float,
+                       vllm_version: str = "current") -> tuple[GPU, Overheads]:
     """The GPU as the logged server saw it (its total memory, when logged) and the overheads that make the plan
-    reproduce the log's KV memory: what a scenario built from a pasted startup log takes.
+    reproduce the log's KV memory: what a scenario built from a pasted startup log takes. They are fitted at the
+    utilization the log states (else ``gpu_memory_utilization``), and the release ``vllm_version`` is kept.
 
     Raises
     ------
     PlannerError
-        When the log has neither the weights nor the available KV memory.
+        When the log has neither the weights nor the available KV memory, or logs another GPU's total memory
+        (off ``gpu``'s by more than :data:`LOG_MEMORY_TOLERANCE`).
     """
     parsed = parse_log(text)
     if parsed.total_bytes:
+        if abs(parsed.total_bytes / gpu.memory_bytes - 1) > LOG_MEMORY_TOLERANCE:
+            raise PlannerError(f"--vllm-log: the logged GPU has {parsed.total_bytes / GiB:.2f} GiB, but {gpu.name} "
+                               f"has {gpu.memory_bytes / GiB:.2f} GiB: the log is another GPU's, and its overheads "
+                               "would size this KV cache wrongly; set --gpu to the logged GPU (or --gpu-memory-gib "
+                               "to its memory)")
         gpu = replace(gpu, memory_bytes=parsed.total_bytes)
-    return gpu, fit_overheads(parsed, math.ceil(gpu.memory_bytes * gpu_memory_utilization))
+    logged_utilization = parsed.utilization if parsed.utilization is not None else gpu_memory_utilization
+    return gpu, fit_overheads(parsed, math.ceil(gpu.memory_bytes * logged_utilization), vllm_version)

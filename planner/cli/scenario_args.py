@@ -97,7 +97,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             text = Path(args.vllm_log).read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise PlannerError(f"--vllm-log {args.vllm_log}: cannot read it ({exc.strerror})") from None
-        gpu, overheads = overheads_from_log(text, gpu, args.gpu_mem_util)
+        gpu, overheads = overheads_from_log(text, gpu, args.gpu_mem_util, args.vllm_version)
     entered = {name: int(round(value * GiB)) for name, value in (
         ("activation_bytes", args.activation_gib), ("non_torch_bytes", args.non_torch_gib),
         ("cudagraph_bytes", args.cudagraph_gib), ("weights_bytes", args.weights_gib)) if value is not None}
