@@ -411,6 +411,28 @@ def test_trace_calibration_warns_of_an_unmeasured_metric_and_of_a_held_out_gap()
     assert any(w.startswith(f"the held-out arrivals are predicted at {held:.1%} median error") for w in gap["warnings"])
 
 
+def test_trace_calibration_refuses_latencies_it_cannot_follow_and_warns_of_a_loose_fit():
+    from planner.sim.trace_calibration import LOOSE_FIT, fit_trace_held_out
+
+    work = synthetic("requests=200,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
+    replay = simulate(work, S(max_model_len=8192, cost=CostParams(mfu=0.42, mbu=0.68)))
+    server = S(max_model_len=8192)
+    # seconds written where milliseconds belong: no MFU or MBU makes the server 1,000 times faster
+    with pytest.raises(PlannerError, match=r"still misses the TTFT and TPOT .* by a median [0-9]+%; they are "
+                                           r"0\.00[0-9]+x what the scenario predicts; they read like seconds"):
+        fit_trace_held_out(server, work, replay.ttft_s / 1000, replay.tpot_s / 1000)
+    # 200 ms of client time in every TTFT: no server's step times give that shape; the fit is kept, and said loose
+    loose = fit_trace_held_out(server, work, replay.ttft_s + 0.2, replay.tpot_s)
+    fitted = loose["in_sample"]["median_abs_error"]
+    assert LOOSE_FIT < fitted < 0.5
+    assert any(w.startswith(f"the fit misses the requests it was fitted to by a median {fitted:.0%}")
+               for w in loose["warnings"])
+    # the server's own latencies: followed closely, nothing of the kind
+    close = fit_trace_held_out(server, work, replay.ttft_s, replay.tpot_s)
+    assert close["in_sample"]["median_abs_error"] < 0.05
+    assert not any(w.startswith("the fit misses") for w in close["warnings"])
+
+
 def test_calibrate_from_a_stored_trace_with_latencies(tmp_path):
     truth = CostParams(mfu=0.42, mbu=0.68)
     work = synthetic("requests=500,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
@@ -461,7 +483,7 @@ def test_step_times_the_model_cannot_follow_are_refused_and_a_missing_kind_of_ro
     good = read_points(measured_points(tmp_path / "p.csv"))
     # step_ms in seconds: no setting follows them, and their scale to the scenario's own prediction says why
     for factor, unit in ((1e-3, "seconds"), (1e3, "microseconds")):
-        with pytest.raises(PlannerError, match=f"still misses these step times .* they read like {unit}"):
+        with pytest.raises(PlannerError, match=f"still misses these --points step times .* they read like {unit}"):
             fit_points(S(), good.with_columns(pl.col("step_ms") * factor))
     # prefill rows only: MBU was fitted on them alone, and the report says so first
     prefills = fit_points(S(), good.filter(pl.col("prefill_count") > 0))

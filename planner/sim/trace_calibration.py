@@ -12,8 +12,8 @@ import numpy as np
 from scipy import optimize
 
 from planner.errors import PlannerError
-from planner.sim.calibration import (BOUNDS, NUDGE, TRACE_PARAMS, at_bound, fit_report, inherited, overfitted, weak,
-                                     with_values)
+from planner.sim.calibration import (BOUNDS, NUDGE, TRACE_PARAMS, at_bound, check_followed, fit_report, inherited,
+                                     overfitted, weak, with_values)
 from planner.sim.calibration_file import params_from_report
 from planner.sim.cost_model import CostParams
 
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 _TRACE_QUANTILES = np.linspace(0.05, 0.95, 19)
 HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are predicted, not fitted
+# a fit that misses its own requests by more than this (median |error| of the TTFT/TPOT statistics) is warned of;
+# the bundled sample's llama-3-8b requests fit at 3.4% on an A100, the sim-to-real study's stage-0 runs at 0.7-2.3%
+# (bench/fidelity_v1.py's fits); a TTFT that holds 200 ms of client time beside 0.1-1 s of the server's, at 31%.
+# Past UNFOLLOWED the fit is refused
+LOOSE_FIT = 0.2
 _FIT_REPLAYS = 320       # about what fit_trace's search replays on two parameters (the bundled sample: 306)
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
                    ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
@@ -78,6 +83,11 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         report[name] = {"requests": int(keep.sum()), "metrics": rows,
                         "median_abs_error": float(np.median(np.abs(errors))) if errors else None,
                         "bias": float(np.median(errors)) if errors else None}
+    fitted_error = report["in_sample"]["median_abs_error"]
+    check_followed(fitted_error, lambda: _over_defaults(scenario, workload, head, ttft_s, tpot_s),
+                   "the TTFT and TPOT of the requests it was fitted to", "ttft_ms and tpot_ms in milliseconds, "
+                   "the server's own time (no client or network time), measured on the scenario's server (model, "
+                   "GPU, TP, dtypes) at its limits")
     say(0.94, "probing how firmly the fitted part pins each parameter")
     base = _trace_quantiles(simulate(part, scenario.replace(cost=params)))
     moves = {}
@@ -90,10 +100,30 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
     report["warnings"] = at_bound(params, TRACE_PARAMS) + weak(
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
         "decode-bound steps for mbu), or timed iterations (--points)") + _unmeasured(
-        ttft_s[head], tpot_s[head]) + _held_out_gap(report) + inherited(scenario, TRACE_PARAMS)
+        ttft_s[head], tpot_s[head]) + _loose(fitted_error) + _held_out_gap(report) + inherited(scenario, TRACE_PARAMS)
     report["holdout"] = holdout
     say(1.0, f"calibrated on {fitted_n:,} requests, {n - fitted_n:,} held out")
     return report
+
+
+def _over_defaults(scenario: Scenario, workload, head: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
+    """The fitted part's measured TTFT and TPOT statistics over what the scenario's own cost model predicts (the
+    median ratio): how far off the data are before any fit."""
+    from planner.sim.run import simulate
+
+    result = simulate(workload, scenario)
+    rows = latency_errors(result.ttft_s[head], result.tpot_s[head], ttft_s[head], tpot_s[head])
+    return float(np.nanmedian([r["measured_ms"] / r["predicted_ms"] for r in rows]))
+
+
+def _loose(fitted_error: float | None) -> list[str]:
+    """A warning where the fit misses the very requests it was fitted to by more than :data:`LOOSE_FIT`."""
+    if fitted_error is None or fitted_error <= LOOSE_FIT:
+        return []
+    return [f"the fit misses the requests it was fitted to by a median {fitted_error:.0%}: the cost model follows "
+            "this server's latencies loosely (another model, GPU, TP or limits than the scenario's, or latencies "
+            "that hold more than the server's work, such as network or client time); treat its predictions as "
+            "rough, and check the scenario against the server's"]
 
 
 def _unmeasured(ttft_s: np.ndarray, tpot_s: np.ndarray) -> list[str]:
