@@ -20,7 +20,7 @@ from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gpu
 from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
-from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
+from planner.sim.cost_model import PARAM_RANGES, CostParams, coefficients, swap_block_seconds
 from planner.sim.engines import ENGINES, EngineSettings
 
 if TYPE_CHECKING:
@@ -359,20 +359,14 @@ def _real(value) -> bool:
 
 
 def _check_cost(cost: CostParams) -> None:
-    """The cost model's parameters, as a calibration file or defaults give them."""
-    for name in ("mfu", "mbu", "link_efficiency"):
+    """The cost model's parameters, as a calibration file or defaults give them, each in its
+    :data:`planner.sim.cost_model.PARAM_RANGES`."""
+    for name, (lo, hi) in PARAM_RANGES.items():
         value = getattr(cost, name)
-        if value is None and name in ("mfu", "mbu"):
-            continue            # the GPU's
-        if not _real(value) or not 0 < value <= 1:
-            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a fraction in (0, 1]")
-    for name in ("step_overhead_s", "seq_overhead_s", "allreduce_latency_s", "tp_step_overhead_s",
-                 "piecewise_layer_s", "frontend_s"):
-        value = getattr(cost, name)
-        if value is None and name in ("allreduce_latency_s", "tp_step_overhead_s"):
+        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s"):
             continue            # the GPU's, the engine's
-        if not _real(value) or not math.isfinite(value) or value < 0:
-            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected a non-negative number of "
-                               "seconds")
+        if not _real(value) or not math.isfinite(value) or not lo <= value <= hi:
+            what = "seconds" if name.endswith("_s") else "a fraction of the peak"
+            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected {what} in [{lo:g}, {hi:g}]")
     if cost.roofline_p is not None and (not _real(cost.roofline_p) or not cost.roofline_p >= 1):
         raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

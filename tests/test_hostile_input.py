@@ -230,12 +230,33 @@ def test_config_json_nonsense_is_refused(capsys, tmp_path, change, named):
     assert named in refused(capsys, "memory", "--model", str(path), "--gpu", "a100-80gb-sxm")
 
 
-@pytest.mark.parametrize("params", [{"step_overhead_s": -1}, {"mfu": "fast"}, {"mfu": 0}, {"bogus": 1}])
+@pytest.mark.parametrize("params", [{"step_overhead_s": -1}, {"mfu": "fast"}, {"mfu": 0}, {"bogus": 1},
+                                    # hand edits past what any server measures: a 10 s step, a GPU at 1e-9 of
+                                    # its peak, a 1 s all-reduce, a second per sequence
+                                    {"step_overhead_s": 10}, {"mfu": 1e-9}, {"allreduce_latency_s": 1.0},
+                                    {"seq_overhead_s": 1}])
 def test_calibration_nonsense_is_refused(capsys, tmp_path, params):
     path = write(tmp_path / "c.json", json.dumps({"params": params}))
     line = refused(capsys, "simulate", "--synthetic", "requests=5,input=8,output=2,qps=1", *MODEL,
                    "--calibration", str(path))
     assert next(iter(params)) in line and "__init__" not in line
+
+
+@pytest.mark.parametrize("body, named", [
+    ({"fitted": ["mfu", "mbu"], "params": {"mfu": 0.5}}, "'fitted' names mbu, which 'params' does not give"),
+    ([{"params": {"mfu": 0.5}}], "expected a JSON object whose 'params' is an object"),
+    ({"params": [0.5]}, "expected a JSON object whose 'params' is an object")])
+def test_a_calibration_file_that_is_not_one_fit_is_refused(capsys, tmp_path, body, named):
+    path = write(tmp_path / "c.json", json.dumps(body))
+    line = refused(capsys, "step", *MODEL, "--decode", "8x1024", "--calibration", str(path))
+    assert named in line and "list indices" not in line
+
+
+def test_a_calibration_file_saved_with_a_byte_order_mark_reads():
+    from planner.sim.calibration_file import params_from_json
+
+    text = json.dumps({"fitted": ["mfu"], "params": {"mfu": 0.5}})
+    assert params_from_json("\ufeff" + text, "c.json") == params_from_json(text, "c.json")
 
 
 @pytest.mark.parametrize("row, named", [("-512,1,0,0,20", "a negative, fractional or non-finite count"),

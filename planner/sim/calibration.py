@@ -18,7 +18,8 @@ import polars as pl
 from scipy import optimize
 
 from planner.errors import PlannerError, first_line
-from planner.sim.cost_model import MAX_STEP_SEQUENCES, CostParams, batch_aggregates, coefficients, step_seconds
+from planner.sim.cost_model import (MAX_STEP_SEQUENCES, PARAM_RANGES, CostParams, batch_aggregates, coefficients,
+                                    step_seconds)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
 _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
 TRACE_PARAMS = ("mfu", "mbu")
-BOUNDS = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3)}
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 NUDGE, WEAK = 0.1, 0.01
 CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
@@ -117,7 +117,7 @@ def _solve(scenario: Scenario, aggs: list[tuple[float, ...]], measured: np.ndarr
         c = coefficients(scenario.replace(cost=with_values(start, _POINT_PARAMS, vec))).as_tuple()
         return np.array([step_seconds.py_func(c, *a)[0] * 1e3 for a in aggs]) / measured - 1
 
-    lo, hi = zip(*(BOUNDS[k] for k in _POINT_PARAMS), strict=True)
+    lo, hi = zip(*(PARAM_RANGES[k] for k in _POINT_PARAMS), strict=True)
     x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
     return optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
 
@@ -225,7 +225,7 @@ def _at_zero(fit, params: CostParams) -> dict[str, str]:
     out = {}
     for j, name in enumerate(_POINT_PARAMS):
         slope = float(np.max(np.abs(fit.jac[:, j])))        # relative change of the most sensitive row per unit
-        if BOUNDS[name][0] == 0 and slope > 0 and fit.x[j] < 0.01 * WEAK / slope:
+        if PARAM_RANGES[name][0] == 0 and slope > 0 and fit.x[j] < 0.01 * WEAK / slope:
             out[name] = (f"{name} fitted to {getattr(params, name):.3g}, indistinguishable from 0 (the bottom of its "
                          f"range): these rows say only that it is below {WEAK / slope:.3g}, which would move some "
                          f"step time by {WEAK:.0%}")
@@ -269,7 +269,7 @@ def at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
     """A warning per fitted parameter that ended on a bound of its range: the model could not follow the data."""
     out = []
     for name in names:
-        value, (lo, hi) = getattr(params, name), BOUNDS[name]
+        value, (lo, hi) = getattr(params, name), PARAM_RANGES[name]
         if value >= hi * 0.99 or (lo > 0 and value <= lo * 1.01):
             out.append(f"{name} ended at {value:.4g}, the {'top' if value >= hi * 0.99 else 'bottom'} of its range "
                        f"[{lo:g}, {hi:g}]: no setting of it reproduces the data; check that the scenario is the "

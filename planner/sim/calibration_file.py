@@ -39,7 +39,9 @@ def params_from_json(text: str, name: str) -> CostParams:
     """Cost parameters from a calibration file's text (what ``calibrate -o`` wrote); the values are checked
     where a scenario takes them."""
     try:
-        data = json.loads(text)
+        data = json.loads(text.removeprefix("\ufeff"))        # a byte-order mark some editors save is no content
+        if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+            raise ValueError("expected a JSON object whose 'params' is an object of cost-model parameters")
         params = dict(data["params"])
         fitted = data.get("fitted")
         if fitted is None and data.get("source") in FIT_SOURCES:
@@ -55,6 +57,10 @@ def params_from_json(text: str, name: str) -> CostParams:
         if fitted is not None and (not isinstance(fitted, list) or not all(f in names for f in fitted)):
             raise ValueError(f"'fitted' must list cost-model parameter names ({', '.join(sorted(names))}), not "
                              f"{fitted!r}")
+        absent = [f for f in fitted or () if params.get(f) is None]
+        if absent:
+            raise ValueError(f"'fitted' names {', '.join(absent)}, which 'params' does not give: expected the value "
+                             "of each parameter the fit set")
         return CostParams(**{**params, "source": f"calibrated ({name})", "fitted_on": _fitted_on(data, fitted)})
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
         raise PlannerError(f"--calibration {name}: expected a file written by `planner calibrate` ({exc})") from None

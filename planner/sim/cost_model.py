@@ -55,6 +55,17 @@ class FittedOn:
     fitted: tuple[str, ...]
 
 
+# The values each parameter may take, from defaults, a calibration file or a hand edit of one: a fit searches
+# inside them (planner.sim.calibration) and a scenario refuses a value outside them. A GPU below 2% of its peak
+# is broken, not slow. The overheads' ceilings are rails against a unit slip, not measurements: 50 ms per step
+# (330x the default 150 µs), 1 ms per sequence (250x BLIS's 4 µs), 1 ms per all-reduce (40x an eager NCCL call's
+# 25 µs), 50 ms per TP step (7x vLLM V0's Ray hand-over), 1 ms per piecewise layer (60x the default), 1 s of
+# frontend per request (170x the default 6 ms).
+PARAM_RANGES = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "link_efficiency": (0.01, 1.0),
+                "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3), "allreduce_latency_s": (0.0, 1e-3),
+                "tp_step_overhead_s": (0.0, 0.05), "piecewise_layer_s": (0.0, 1e-3), "frontend_s": (0.0, 1.0)}
+
+
 @dataclass(frozen=True)
 class CostParams:
     """Efficiencies and overheads of the roofline (calibratable).

@@ -12,10 +12,10 @@ import numpy as np
 from scipy import optimize
 
 from planner.errors import PlannerError
-from planner.sim.calibration import (BOUNDS, NUDGE, TRACE_PARAMS, at_bound, check_followed, fit_report, inherited,
+from planner.sim.calibration import (NUDGE, TRACE_PARAMS, at_bound, check_followed, fit_report, inherited,
                                      overfitted, weak, with_values)
 from planner.sim.calibration_file import params_from_report
-from planner.sim.cost_model import CostParams
+from planner.sim.cost_model import PARAM_RANGES, CostParams
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -94,7 +94,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
     for name in TRACE_PARAMS:
         value = getattr(params, name)
         # 10% more, or 10% less for one on the top of its range
-        value *= 1 + NUDGE if value * (1 + NUDGE) <= BOUNDS[name][1] else 1 - NUDGE
+        value *= 1 + NUDGE if value * (1 + NUDGE) <= PARAM_RANGES[name][1] else 1 - NUDGE
         nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(params, **{name: value}))))
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
     report["warnings"] = at_bound(params, TRACE_PARAMS) + weak(
@@ -185,7 +185,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
     targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
 
-    lo, hi = (np.array(b) for b in zip(*(BOUNDS[k] for k in TRACE_PARAMS), strict=True))
+    lo, hi = (np.array(b) for b in zip(*(PARAM_RANGES[k] for k in TRACE_PARAMS), strict=True))
 
     def fit_for(pool: Scenario) -> tuple[float, CostParams]:
         # the search runs unbounded in log space and each point is projected onto the ranges: a fit that wants
