@@ -485,6 +485,9 @@ def test_step_times_the_model_cannot_follow_are_refused_and_a_missing_kind_of_ro
     for factor, unit in ((1e-3, "seconds"), (1e3, "microseconds")):
         with pytest.raises(PlannerError, match=f"still misses these --points step times .* they read like {unit}"):
             fit_points(S(), good.with_columns(pl.col("step_ms") * factor))
+    # a factor no unit slip gives is named as the ratio alone
+    with pytest.raises(PlannerError, match=r"they are [0-9.]+e\+12x what the scenario predicts: expected"):
+        fit_points(S(), good.with_columns(pl.col("step_ms") * 1e12))
     # prefill rows only: MBU was fitted on them alone, and the report says so first
     prefills = fit_points(S(), good.filter(pl.col("prefill_count") > 0))
     assert prefills["warnings"][0].startswith("no decode rows: mbu")

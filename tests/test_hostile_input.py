@@ -273,6 +273,18 @@ def test_points_with_nonsense_rows_are_refused_naming_the_line(capsys, tmp_path,
     assert not out.exists()
 
 
+def test_blank_lines_in_points_are_no_rows_and_move_no_line_number(capsys, tmp_path):
+    from planner.sim.calibration import read_points
+
+    header = "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n"
+    rows = "512,1,0,0,20\n1024,1,0,0,38\n0,0,8,512,20\n0,0,32,1024,24\n"
+    assert read_points(write(tmp_path / "p.csv", header + rows + "\n")).equals(
+        read_points(write(tmp_path / "q.csv", header + rows)))
+    path = write(tmp_path / "b.csv", header + "512,1,0,0,20\n\n512,1,0,0,-3\n")
+    line = refused(capsys, "calibrate", *MODEL, "--points", str(path), "-o", str(tmp_path / "c.json"))
+    assert "line 4 holds a step_ms that is not a positive number" in line, line
+
+
 @pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink"])
 def test_calibrate_refuses_to_write_over_its_points_file(capsys, tmp_path, spelling):
     rows = "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n" + "512,1,0,0,20\n" * 6

@@ -53,11 +53,14 @@ def read_points(path: str | Path) -> pl.DataFrame:
     if missing:
         raise PlannerError(f"--points {path} lacks columns {', '.join(missing)}: expected {','.join(POINT_COLUMNS)}")
     try:
-        frame = frame.select(pl.col(c).cast(pl.Float64, strict=True) for c in POINT_COLUMNS).fill_null(0.0)
+        frame = frame.select(pl.col(c).cast(pl.Float64, strict=True) for c in POINT_COLUMNS)
     except pl.exceptions.PolarsError as exc:
         raise PlannerError(f"--points {path}: every column must be numeric ({first_line(exc)})") from None
+    # a blank line (one an editor leaves at the end) is no row; the others keep their line numbers
+    numbered = frame.with_row_index("row", 2).filter(~pl.all_horizontal(pl.col(POINT_COLUMNS).is_null())
+                                                     ).with_columns(pl.col(POINT_COLUMNS).fill_null(0.0))
+    frame = numbered.drop("row")
     counts = [c for c in POINT_COLUMNS if c != "step_ms"]
-    numbered = frame.with_row_index("row", 2)
     for bad, what in (
             (pl.any_horizontal(~pl.col(c).is_finite() | (pl.col(c) < 0) | (pl.col(c) != pl.col(c).floor())
                                for c in counts)
@@ -182,7 +185,9 @@ def check_followed(miss: float, scale: Callable[[], float], measured: str, expec
     if miss <= UNFOLLOWED:
         return
     ratio = scale()
-    unit = ("; they read like seconds" if ratio < 0.01 else "; they read like microseconds" if ratio > 100 else "")
+    # a unit slip is a factor of 1,000, within a factor of 10 of the scenario's prediction either way
+    unit = ("; they read like seconds" if 1e-4 <= ratio <= 1e-2 else
+            "; they read like microseconds" if 1e2 <= ratio <= 1e4 else "")
     raise PlannerError(f"the cost model, fitted, still misses {measured} by a median {miss:.0%}; they are "
                        f"{ratio:.3g}x what the scenario predicts{unit}: expected {expected}")
 
