@@ -233,6 +233,17 @@ def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transf
     hand_named = params_from_json(json.dumps({**body, "model": "meta-llama/Meta-Llama-3-8B", "gpu": "A100-80GB-SXM"}),
                                   "h.json")
     assert S(cost=hand_named).calibration_warnings == ()
+    # the file names the dtypes it was measured with: 16-bit weights and an "auto" (16-bit) cache here, so an
+    # explicit bf16 cache is the same server, and 8-bit weights or cache are not
+    assert (body["weight_dtype"], body["kv_cache_dtype"]) == ("bf16", "auto")
+    assert S(kv_cache_dtype="bf16", cost=params_from_json(json.dumps(body), "c.json")).calibration_warnings == ()
+    eight = S(weight_dtype="fp8", kv_cache_dtype="fp8", cost=params_from_json(json.dumps(body), "c.json"))
+    assert [w.split(":")[0] for w in eight.calibration_warnings] == [
+        "the calibration was fitted with bf16 weights and is applied with fp8",
+        "the calibration was fitted with auto KV cache and is applied with fp8"]
+    for key in ("weight_dtype", "kv_cache_dtype"):
+        with pytest.raises(PlannerError, match=f"'{key}' must be one of"):
+            params_from_json(json.dumps({**body, key: "fp4"}), "bad.json")
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe{")
     from planner.sim.calibration_file import load_params
     with pytest.raises(PlannerError, match="binary.json: not UTF-8 text"):

@@ -1,8 +1,8 @@
 """The calibration file: what ``calibrate -o FILE`` writes and ``--calibration FILE`` (and the pages' upload) reads.
 
 It holds the fitted parameters, their names (``fitted``) and the server they were measured on (model, GPU, TP,
-engine); the parameters the fit did not set stay unset, so they follow the server the file is applied to, and
-:meth:`planner.sim.cost_model.CostParams.transfer_warnings` says what does not carry over to another server.
+engine, dtypes); the parameters the fit did not set stay unset, so they follow the server the file is applied to,
+and :meth:`planner.sim.cost_model.CostParams.transfer_warnings` says what does not carry over to another server.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def params_from_json(text: str, name: str) -> CostParams:
 def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
     """The measured server a calibration file names (None where it names none), its model and GPU as the catalog
     names them, so a hand-written ``Qwen/Qwen3-14B`` or ``H100-SXM`` is the preset it stands for."""
+    from planner.capacity.memory import KV_DTYPE_BYTES
     from planner.catalog.gpus import get_gpu
+    from planner.catalog.models import WEIGHT_BYTES
     from planner.catalog.presets import preset_name
 
     if not all(k in data for k in ("model", "gpu", "tp")):
@@ -81,19 +83,23 @@ def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
         raise ValueError(f"'tp' must be the measured server's tensor-parallel degree (1, 2, 4, …), not {tp!r}")
     if engine is not None and not isinstance(engine, str):
         raise ValueError(f"'engine' must name the measured server's engine, not {engine!r}")
+    dtypes = {key: data.get(key) for key in ("weight_dtype", "kv_cache_dtype")}
+    for key, known in (("weight_dtype", WEIGHT_BYTES), ("kv_cache_dtype", KV_DTYPE_BYTES)):
+        if dtypes[key] is not None and dtypes[key] not in known:
+            raise ValueError(f"'{key}' must be one of {', '.join(known)}, not {dtypes[key]!r}")
     model = preset_name(model) or model     # else a model read from its config.json, by the name it was given
     try:
         gpu = get_gpu(gpu).name
     except PlannerError:
         pass                        # not in this catalog: compared as written
-    return FittedOn(model, gpu, tp, engine, tuple(fitted or ()))
+    return FittedOn(model, gpu, tp, engine, tuple(fitted or ()), **dtypes)
 
 
 def file_text(report: dict, scenario: Scenario) -> str:
     """The calibration file ``--calibration`` reads (and the pages take as an upload): the report of a fit and
     the server it measured."""
     body = {"model": scenario.model.name, "gpu": scenario.gpu.name, "tp": scenario.tp, "engine": scenario.engine,
-            **report}
+            "weight_dtype": scenario.weight_dtype, "kv_cache_dtype": scenario.kv_cache_dtype, **report}
     return json.dumps(clean(body), indent=2, allow_nan=False)     # strict JSON: an undefined error is null
 
 

@@ -46,6 +46,8 @@ class FittedOn:
         Its engine; None in calibration files written before it was recorded.
     fitted : tuple of str
         The parameters the measurements set; the rest were left to the scenario they are applied to.
+    weight_dtype, kv_cache_dtype : str or None
+        Its weights' and KV cache's dtypes; None in calibration files written before they were recorded.
     """
 
     model: str
@@ -53,6 +55,15 @@ class FittedOn:
     tp: int
     engine: str | None
     fitted: tuple[str, ...]
+    weight_dtype: str | None = None
+    kv_cache_dtype: str | None = None
+
+
+def _same_precision(fitted: str | None, applied: str) -> bool:
+    """Whether a dtype the calibration was measured with runs as ``applied`` does (the 16-bit ones, and the KV
+    cache's "auto" for a 16-bit model, alike); unrecorded (None) counts as the same."""
+    sixteen = {"bf16", "fp16", "auto"}
+    return fitted is None or fitted == applied or {fitted, applied} <= sixteen
 
 
 # The values each parameter may take, from defaults, a calibration file or a hand edit of one: a fit searches
@@ -141,7 +152,7 @@ class CostParams:
 
     def transfer_warnings(self, scenario: Scenario) -> tuple[str, ...]:
         """What does not carry over when these calibrated parameters are applied to ``scenario``: one sentence per
-        difference between it and the server they were fitted on (GPU, engine, TP, model); none for defaults or
+        difference between it and the server they were fitted on (GPU, engine, TP, dtypes, model); none for defaults or
         for the measured server itself. Take it as :attr:`Scenario.calibration_warnings`."""
         on = self.fitted_on
         if on is None:
@@ -162,6 +173,14 @@ class CostParams:
                        "was not measured, so those terms are defaults (calibrated on six TP 1 iterations of "
                        "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to a quarter: "
                        "bench/calibrate_points.py); calibrate on iterations or a trace measured at this TP")
+        for what, was, now, why in (
+                ("weights", on.weight_dtype, scenario.weight_dtype, "an 8-bit checkpoint's GEMMs reach their own "
+                 "share of the 8-bit peak (or run weight-only), so MFU and MBU do not carry over"),
+                ("KV cache", on.kv_cache_dtype, scenario.kv_cache_dtype, "attention reads (and on Hopper computes) "
+                 "an 8-bit cache at its own share of the peak")):
+            if not _same_precision(was, now):
+                out.append(f"the calibration was fitted with {was} {what} and is applied with {now}: {why}; "
+                           f"calibrate with {now} {what}")
         if on.model != scenario.model.name:
             out.append(f"the calibration was fitted on {on.model} and is applied to {scenario.model.name}: "
                        "efficiencies depend on the GEMM shapes and the share of attention, so they carry over "
