@@ -2,13 +2,14 @@
 
 import streamlit as st
 
-from pages._calibration import show_warning
+from pages._calibration import served_models, show_warning
 from pages._scenario import current
 from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
 from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
 from planner.recommend.plan import searched_calibration_warnings
 from planner.recommend.table import class_table, fleet_table
+from planner.workload.replay import several_servers
 
 require_frame()
 s, options = current(search=True)
@@ -19,6 +20,8 @@ if info is None or not info.has_timestamps:
 for warning in searched_calibration_warnings(s, options):
     if warning not in s.calibration_warnings:        # the scenario's own are shown above it
         show_warning(warning)
+if note := several_servers(served_models(info.trace_id), s.model):
+    show_warning(note)
 bar = st.progress(0.0, text="searching…")
 try:
     out = recommendation(info.trace_id, s, options, lambda f, msg: bar.progress(min(f, 1.0), text=msg))

@@ -1,5 +1,6 @@
 """Recommendations: the seed's directions, SLOs met at the recommended rate, infeasibility, the CLI contract."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -99,9 +100,15 @@ def test_parse_slo():
 def test_recommend_cli_contract(tmp_path):
     db = tmp_path / "r.duckdb"
     cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
-    obj = cli_json("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm",
+    proc = run_cli("recommend", "sample_chat", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm",
                    "--max-model-len", "8192", "--quiet", "--slo", "chat:ttft_p99<3000", "--slo", "batch:e2e_p99<900000",
-                   db=db)
+                   "--json", db=db)
+    obj = json.loads(proc.stdout)
+    # the sample's requests are two servers' (its model column): planned as one llama-3-8b server, and said so
+    assert proc.stderr.splitlines() == [
+        "warning: the trace's requests were served by 2 models (llama-3-8b (5,921), llama-3-70b (2,429)), and all of "
+        "them are replayed on one llama-3-8b server: the plan sizes that server for their sum; to plan one server, "
+        "ingest its requests alone (simulate --trace-model NAME replays one server's)"]
     assert [c["name"] for c in obj["classes"]] == ["chat", "batch"]
     for c in obj["classes"]:
         assert {"name", "slo", "feasible", "config", "max_qps_per_replica", "replicas_for_peak", "predicted",

@@ -203,6 +203,20 @@ def test_a_report_on_a_calibration_from_another_server_says_so_in_every_twin(con
     assert "**Warning:** the calibration was fitted on h100-sxm" in to_markdown(report)
     plain = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
     assert plain.to_dict()["assumptions"]["calibration_warnings"] == [] and "Warning:" not in to_markdown(plain)
+    assert plain.to_dict()["assumptions"]["trace_warnings"] == [] and plain.trace["served_by"] == {}
+
+
+def test_a_report_on_several_servers_traffic_says_it_is_planned_as_one(con, tmp_path):
+    path = tmp_path / "two.csv"
+    path.write_text("input_tokens,output_tokens,model\n100,20,llama-3-8b\n200,30,llama-3-70b\n300,40,llama-3-8b\n"
+                    "150,25,llama-3-8b\n")
+    info = ingest_file(con, path)
+    report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
+    (warning,) = report.to_dict()["assumptions"]["trace_warnings"]
+    assert warning.startswith("the trace's requests were served by 2 models (llama-3-8b (3), llama-3-70b (1)), and "
+                              f"all of them are replayed on one {MODEL.name} server")
+    assert f"<b>Warning:</b> {html.escape(warning)}" in to_html(report, chart_svgs(report.charts))
+    assert "**Warning:** the trace's requests were served by 2 models" in to_markdown(report)
 
 
 def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from planner.cli.output import progress_printer
@@ -38,6 +39,8 @@ def cmd_report(args) -> None:
     con = store.open_store(args.db, create=False)
     report = build_report(con, args.trace, scenario, options, progress_printer(not args.quiet),
                           executor=executor_from_args(args))
+    for warning in report.assumptions["trace_warnings"]:        # the calibration's were printed with the scenario
+        print(f"warning: {warning}", file=sys.stderr)
     texts = twins(report)
     for path, fmt in targets:      # every file is written before the report is saved: never one without the other
         write_atomically(path, texts[fmt])

@@ -177,7 +177,7 @@ def executor_from_args(args):
 
 def cmd_recommend(args) -> None:
     from planner.recommend.plan import plan_recommendation
-    from planner.workload.replay import from_trace
+    from planner.workload.replay import from_trace, served_models, several_servers
 
     scenario, options = recommend_inputs(args)
     executor = executor_from_args(args)
@@ -185,7 +185,11 @@ def cmd_recommend(args) -> None:
         from planner.recommend.costs import parse_gpu_options
 
         parse_gpu_options(args.gpu_options)      # an unknown GPU or a bad price fails before any work
-    workload = from_trace(store.open_store(args.db, create=False), args.trace, shared_prefix=options.shared_prefix)
+    con = store.open_store(args.db, create=False)
+    workload = from_trace(con, args.trace, shared_prefix=options.shared_prefix)
+    note = several_servers(served_models(con, args.trace), scenario.model)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     progress = _progress_printer(not args.quiet)
     if args.gpu_options:
         from planner.recommend.costs import compare_gpus

@@ -30,7 +30,7 @@ from planner.sim.run import simulate
 from planner.traces import store
 from planner.traces.queries import arrival_times, length_counts, request_lengths
 from planner.workload.fits import arrival_fit_dict, arrival_overview, fit_length_field, length_fit_dict
-from planner.workload.replay import from_trace
+from planner.workload.replay import from_trace, served_models, several_servers
 from planner.workload.stats import trace_stats
 from planner.workload.tables import trace_reuse
 
@@ -68,6 +68,7 @@ class Report:
         model = {k: v for k, v in asdict(s.model).items() if v is not None and not k.startswith("help")}
         return {"cost_model": s.cost.resolved(s).as_dict(),
                 "calibration_warnings": list(searched_calibration_warnings(s, self.options)),
+                "trace_warnings": [note] if (note := several_servers(self.trace["served_by"], s.model)) else [],
                 "model_config": model,
                 "gpu": {k: v for k, v in asdict(s.gpu).items() if not k.startswith("help")},
                 "engine_defaults": self.simulation.settings if self.simulation else None,
@@ -165,7 +166,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
     trace = {"trace_id": info.trace_id, "name": info.name, "content_sha256": store.content_hash(con, info.trace_id),
              "source_file": info.source_file, "format": info.format, "layout": info.layout, "rows": info.rows,
              "failed": info.failed, "rejected": info.rejected, "created": info.created,
-             "has_timestamps": info.has_timestamps}
+             "has_timestamps": info.has_timestamps, "served_by": served_models(con, info.trace_id)}
     out = Report(title=f"Capacity report: {info.name} on {scenario.tp}× {scenario.gpu.label} ({scenario.model.name})",
                  created_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), trace=clean(trace),
                  scenario=scenario, options=options, stats=clean(stats), fits=clean(fits), arrivals=clean(arrivals),

@@ -46,6 +46,11 @@ def _image(name: str, svg: str) -> str:
     return f'<img alt="{html.escape(name)}" src="data:image/svg+xml;base64,{data}">'
 
 
+def _warnings(report: Report) -> list[str]:
+    """What the report's figures rest on that the reader should know: the trace's, then the calibration's."""
+    return [*report.assumptions["trace_warnings"], *report.assumptions["calibration_warnings"]]
+
+
 def _rows(report: Report) -> dict[str, list[Table]]:
     """Per section, its tables: the one source both twins render (the recommendation and simulation tables are the
     pages' own builders)."""
@@ -166,7 +171,7 @@ def to_html(report: Report, svgs: dict[str, str]) -> str:
             if name in svgs:
                 parts.append(f"<figure>{_image(name, svgs[name])}<figcaption>{e(name)}</figcaption></figure>")
         if key == "assumptions":
-            parts += [f"<p><b>Warning:</b> {e(w)}</p>" for w in report.assumptions["calibration_warnings"]]
+            parts += [f"<p><b>Warning:</b> {e(w)}</p>" for w in _warnings(report)]
             parts.append(f"<p>Reproduce:</p><pre>{e(report.assumptions['reproduce'])}</pre>")
             parts.append("<pre>" + e(_facts(report)) + "</pre>")
         parts.append("</section>")
@@ -204,7 +209,7 @@ def to_markdown(report: Report) -> str:
         if charts:
             lines += [f"Charts in the HTML twin: {', '.join(md(c) for c in charts)}.", ""]
         if key == "assumptions":
-            for warning in report.assumptions["calibration_warnings"]:
+            for warning in _warnings(report):
                 lines += [f"**Warning:** {md(warning)}", ""]
             lines += ["```bash", report.assumptions["reproduce"].replace("```", "'''"), "```", "", "```json",
                       _facts(report).replace("```", "'''"), "```", ""]

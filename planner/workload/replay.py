@@ -203,6 +203,17 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
     return frame.filter(pl.col("model") == keep), tuple(notes)
 
 
+def several_servers(served: dict[str, int], model: ModelSpec) -> str | None:
+    """The note where a trace's requests (``served``, :func:`served_models`) were served by several models and a
+    plan replays them all on one ``model`` server; None where they name one model or none."""
+    if len(served) < 2:
+        return None
+    listed = ", ".join(f"{name} ({n:,})" for name, n in served.items())
+    return (f"the trace's requests were served by {len(served)} models ({listed}), and all of them are replayed "
+            f"on one {model.name} server: the plan sizes that server for their sum; to plan one server, ingest its "
+            "requests alone (simulate --trace-model NAME replays one server's)")
+
+
 def replayed_as_another(trace_model: str, model: ModelSpec) -> str:
     """The note where one server's requests (``trace_model``, as the trace names it) are replayed as ``model``,
     which is not that server's: their measured latencies then describe another model."""

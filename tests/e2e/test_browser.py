@@ -105,6 +105,9 @@ def test_recommend_page_renders_the_table_commands_and_charts(page, server):
         timeout=180_000)
     expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
     assert "slos=chat" in page.url
+    # the sample holds two servers' requests, planned here as one llama-3-8b server: the page says so
+    expect(page.get_by_test_id("stAlertContentWarning").filter(has_text="served by 2 models")).to_contain_text(
+        "all of them are replayed on one llama-3-8b server")
     assert not errors, errors
 
 
