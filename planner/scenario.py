@@ -145,6 +145,9 @@ class Scenario:
             set_(self, "async_scheduling", self.release.async_scheduling)
         elif not isinstance(self.async_scheduling, bool):
             raise PlannerError(f"async scheduling {self.async_scheduling!r}: expected true or false")
+        elif not engine.v1_runtime:
+            raise PlannerError(f"--{'' if self.async_scheduling else 'no-'}async-scheduling is a setting of vLLM V1's "
+                               f"scheduler, not of {engine.name}; expected --engine vllm-v1, or neither flag")
         _check_cost(self.cost)
         price = _number("price", self.gpu.price_per_hour)
         if price < 0:

@@ -285,6 +285,15 @@ def test_blank_lines_in_points_are_no_rows_and_move_no_line_number(capsys, tmp_p
     assert "line 4 holds a step_ms that is not a positive number" in line, line
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["--model", "llama-3-70b", "--gpu", "h100-sxm"], "llama-3-70b on 1x H100 80GB SXM5: no memory left for the KV"),
+    ([*MODEL, "--engine", "vllm-v0", "--async-scheduling"], "--async-scheduling is a setting of vLLM V1's scheduler, "
+                                                             "not of vllm-v0"),
+    ([*MODEL, "--engine", "tgi", "--no-async-scheduling"], "--no-async-scheduling is a setting of vLLM V1's")])
+def test_a_step_on_a_server_that_cannot_run_it_is_refused(capsys, argv, named):
+    assert named in refused(capsys, "step", *argv, "--decode", "8x1024")
+
+
 @pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink"])
 def test_calibrate_refuses_to_write_over_its_points_file(capsys, tmp_path, spelling):
     rows = "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n" + "512,1,0,0,20\n" * 6
