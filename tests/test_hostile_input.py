@@ -285,12 +285,20 @@ def test_blank_lines_in_points_are_no_rows_and_move_no_line_number(capsys, tmp_p
     assert "line 4 holds a step_ms that is not a positive number" in line, line
 
 
+def test_a_step_on_a_server_that_would_not_start_is_timed_and_said_never_to_run(capsys):
+    assert main(["step", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--decode", "8x1024", "--json"]) in (0, None)
+    out, err = capsys.readouterr()
+    assert json.loads(out)["step_ms"] > 0
+    assert err.splitlines() == ["warning: llama-3-70b on 1x H100 80GB SXM5: no memory left for the KV cache (-64.4 "
+                                "GiB); raise --tp or --gpu-mem-util, or use --weight-dtype fp8: vLLM would not start, "
+                                "so this step's time is its kernels' alone"]
+
+
 @pytest.mark.parametrize("argv, named", [
-    (["--model", "llama-3-70b", "--gpu", "h100-sxm"], "llama-3-70b on 1x H100 80GB SXM5: no memory left for the KV"),
     ([*MODEL, "--engine", "vllm-v0", "--async-scheduling"], "--async-scheduling is a setting of vLLM V1's scheduler, "
                                                              "not of vllm-v0"),
     ([*MODEL, "--engine", "tgi", "--no-async-scheduling"], "--no-async-scheduling is a setting of vLLM V1's")])
-def test_a_step_on_a_server_that_cannot_run_it_is_refused(capsys, argv, named):
+def test_async_scheduling_flags_are_refused_off_vllm_v1(capsys, argv, named):
     assert named in refused(capsys, "step", *argv, "--decode", "8x1024")
 
 

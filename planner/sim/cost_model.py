@@ -368,10 +368,8 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     Raises
     ------
     PlannerError
-        For an empty step, a sequence longer than the scenario's ``max_model_len`` (no engine runs one), or a
-        server with no memory left for the KV cache (it never starts).
+        For an empty step, or a sequence longer than the scenario's ``max_model_len`` (no engine runs one).
     """
-    scenario.settings           # raises where the server would not start, as every command that runs one does
     c = scenario.coefficients
     for tokens, context in prefills:
         if tokens + context > scenario.max_model_len:
