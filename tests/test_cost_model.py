@@ -20,7 +20,8 @@ from planner.errors import PlannerError
 from planner.scenario import Scenario
 from planner.sim.calibration import fit_points, predict_points, read_points
 from planner.sim.calibration_file import params_from_json
-from planner.sim.cost_model import CostParams, batch_aggregates, predict_step, step_seconds
+from planner.sim.cost_model import CostParams, predict_step, step_seconds
+from planner.sim.step_spec import batch_aggregates
 from planner.sim.run import simulate
 from planner.sim.trace_calibration import fit_trace
 from planner.sim.workload import synthetic

@@ -19,7 +19,8 @@ from planner.traces import store
 
 
 def cmd_step(args) -> None:
-    from planner.sim.cost_model import parse_decode, parse_prefill, predict_step
+    from planner.sim.cost_model import predict_step
+    from planner.sim.step_spec import parse_decode, parse_prefill
 
     prefills = [chunk for spec in args.prefill or [] for chunk in parse_prefill(spec)]
     decodes = [parse_decode(spec) for spec in args.decode or []]

@@ -18,8 +18,8 @@ import polars as pl
 from scipy import optimize
 
 from planner.errors import PlannerError, first_line
-from planner.sim.cost_model import (MAX_STEP_SEQUENCES, PARAM_RANGES, CostParams, batch_aggregates, coefficients,
-                                    step_seconds)
+from planner.sim.cost_model import PARAM_RANGES, CostParams, coefficients, step_seconds
+from planner.sim.step_spec import MAX_STEP_SEQUENCES, batch_aggregates
 
 if TYPE_CHECKING:
     from collections.abc import Callable

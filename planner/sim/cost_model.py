@@ -22,7 +22,7 @@ import numpy as np
 from planner.capacity.memory import kv_bytes_per_token
 from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes_per_gpu
 from planner.errors import PlannerError
-from planner.limits import MAX_COUNT
+from planner.sim.step_spec import batch_aggregates
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -352,16 +352,6 @@ def _busy(compute, memory, p):
     return top * (1.0 + (low / top) ** p) ** (1.0 / p)
 
 
-def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> tuple[float, ...]:
-    """``(prefill_tokens, attn_pairs, decode_count, context_tokens, seqs)`` of prefill chunks ``(new, context)``
-    and decode groups ``(count, context)``."""
-    prefill_tokens = float(sum(n for n, _ in prefills))
-    pairs = float(sum(n * k + n * (n + 1) / 2 for n, k in prefills) + sum(m * (k + 1) for m, k in decodes))
-    decode_count = float(sum(m for m, _ in decodes))
-    context = float(sum(k for _, k in prefills) + sum(m * k for m, k in decodes))
-    return prefill_tokens, pairs, decode_count, context, float(len(prefills)) + decode_count
-
-
 def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> dict:
     """The ``step`` CLI object: ``{"step_ms", "bound", "compute_ms", "memory_ms", "overhead_ms"}``.
 
@@ -388,37 +378,3 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     return {"step_ms": seconds * 1e3, "bound": BOUND_NAMES[bound], "compute_ms": compute * 1e3,
             "memory_ms": memory * 1e3, "overlap_loss_ms": (busy - max(compute, memory)) * 1e3,
             "overhead_ms": (seconds - busy) * 1e3}
-
-
-# sequences one step spec may name: past any engine's max_num_seqs (vLLM's default is 256 to 1,024)
-MAX_STEP_SEQUENCES = 65_536
-
-
-def _whole(text: str, low: int, high: int) -> int:
-    value = int(text)
-    if not low <= value <= high:
-        raise ValueError(text)
-    return value
-
-
-def parse_prefill(spec: str) -> list[tuple[int, int]]:
-    """``512`` (one chunk, no context), ``512x4`` (four), ``512@1024`` (after 1,024 computed tokens)."""
-    try:
-        head, _, context = spec.partition("@")
-        tokens, _, count = head.partition("x")
-        chunk = (_whole(tokens, 1, MAX_COUNT), _whole(context or "0", 0, MAX_COUNT))
-        return [chunk] * _whole(count or "1", 1, MAX_STEP_SEQUENCES)
-    except ValueError:
-        raise PlannerError(f"--prefill {spec!r}: expected TOKENS, TOKENSxCOUNT or TOKENS@CONTEXT (TOKENS and COUNT "
-                           f"at least 1, COUNT at most {MAX_STEP_SEQUENCES:,}, CONTEXT at least 0)") from None
-
-
-def parse_decode(spec: str) -> tuple[int, int]:
-    """``16x640``: 16 decoding sequences with 640 tokens of context each."""
-    try:
-        count, _, context = spec.partition("x")
-        return _whole(count, 1, MAX_STEP_SEQUENCES), _whole(context, 1, MAX_COUNT)
-    except ValueError:
-        raise PlannerError(f"--decode {spec!r}: expected COUNTxCONTEXT such as 16x640 (COUNT from 1 to "
-                           f"{MAX_STEP_SEQUENCES:,}, CONTEXT at least 1)") from None
-
