@@ -66,12 +66,16 @@ def _counts(frame: pl.DataFrame) -> dict[str, int]:
     return dict(grouped.iter_rows())
 
 
+def _listed(counts: dict[str, int]) -> str:
+    """``name (requests), …`` of :func:`_counts`, for messages."""
+    return ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+
+
 def _served(trace: str, served_by: str, counts: dict[str, int]) -> None:
     """Refuse a model the trace does not name as serving any of its requests."""
     if served_by not in counts:
-        listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
         raise PlannerError(f"--trace-model {served_by!r}: trace {trace!r} names no such model; it names "
-                           f"{listed or 'none'}")
+                           f"{_listed(counts) or 'none'}")
 
 
 def _scaled(arrival: np.ndarray, rate_scale: float | None, qps: float | None) -> np.ndarray:
@@ -172,7 +176,7 @@ def _one_server(frame: pl.DataFrame, trace: str, model: ModelSpec | None,
                 trace_model: str | None) -> tuple[pl.DataFrame, tuple[str, ...]]:
     """The requests of one model where the trace names several (see :func:`measured_latencies`)."""
     counts = _counts(frame)
-    listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+    listed = _listed(counts)
     notes = []
     if trace_model is not None:
         _served(trace, trace_model, counts)
@@ -208,10 +212,9 @@ def several_servers(served: dict[str, int], model: ModelSpec) -> str | None:
     plan replays them all on one ``model`` server; None where they name one model or none."""
     if len(served) < 2:
         return None
-    listed = ", ".join(f"{name} ({n:,})" for name, n in served.items())
-    return (f"the trace's requests were served by {len(served)} models ({listed}), and all of them are replayed "
-            f"on one {model.name} server: the plan sizes that server for their sum; to plan one server, ingest its "
-            "requests alone (simulate --trace-model NAME replays one server's)")
+    return (f"the trace's requests were served by {len(served)} models ({_listed(served)}), and all of them are "
+            f"replayed on one {model.name} server: the plan sizes that server for their sum; to plan one server, "
+            "ingest its requests alone (simulate --trace-model NAME replays one server's)")
 
 
 def replayed_as_another(trace_model: str, model: ModelSpec) -> str:
