@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from planner.capacity.memory import Overheads  # noqa: E402
 from planner.catalog.gpus import GiB, get_gpu  # noqa: E402
 from planner.catalog.presets import from_hf_config, get_model  # noqa: E402
+from planner.catalog.releases import vllm_release  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 
 CODELLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -100,7 +101,7 @@ def predict(case: Case) -> int:
         gpu = replace(gpu, memory_bytes=int(case.gpu_memory_gib * GiB))
     plan = Scenario(case.model, gpu, tp=case.tp, gpu_memory_utilization=case.util, max_model_len=case.max_len,
                     max_num_seqs=case.seqs, max_num_batched_tokens=case.batched, weight_dtype=case.weights,
-                    overheads=Overheads(vllm_version=case.version)).memory
+                    overheads=Overheads(vllm_version=case.version), engine=vllm_release(case.version).engine).memory
     return plan.kv_capacity_tokens
 
 

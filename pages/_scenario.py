@@ -14,7 +14,7 @@ from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
-from planner.catalog.releases import VLLM_VERSIONS
+from planner.catalog.releases import VLLM_VERSIONS, default_version
 from planner.errors import PlannerError
 from planner.scenario import Scenario, defaults
 from planner.sim.engines import ENGINES
@@ -128,8 +128,10 @@ def scenario() -> Scenario:
                               help="vLLM V1 caches prefixes by default (--no-enable-prefix-caching turns it off). "
                                    + ENGINES[engine].label + ": " + ENGINES[engine].prefix_cache_note)
         c = st.columns(2)
-        version = c[0].selectbox("vLLM version", list(VLLM_VERSIONS), list(VLLM_VERSIONS).index("current"),
-                                 key="vllm_version", **SHARED, format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}",
+        default = default_version(engine)
+        version = c[0].selectbox("vLLM version", ["auto", *VLLM_VERSIONS], key="vllm_version", **SHARED,
+                                 format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}" if v != "auto"
+                                 else f"auto: {default}, {VLLM_VERSIONS[default].label}",
                                  help="Releases profile activation and non-torch memory differently (≥ 0.20 "
                                       "subtracts CUDA-graph memory before sizing the KV cache); ≥ 0.11 replays full "
                                       "CUDA graphs for decode steps, ≥ 0.14 schedules asynchronously by default")
@@ -154,11 +156,11 @@ def scenario() -> Scenario:
                                      "kept while you switch pages")
         cost = cost_params()
     overheads = Overheads(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
-                          cudagraph_bytes=_gib(graphs), vllm_version=version,
+                          cudagraph_bytes=_gib(graphs), vllm_version=None if version == "auto" else version,
                           source="entered" if activation or non_torch or graphs else "defaults")
     try:
         if log_text.strip():
-            gpu, overheads = overheads_from_log(log_text, gpu, util, version)
+            gpu, overheads = overheads_from_log(log_text, gpu, util, overheads.vllm_version)
         out = Scenario(model, gpu, tp=int(tp), weight_dtype=None if weight_dtype == "model default" else weight_dtype,
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,

@@ -18,7 +18,7 @@ from planner.capacity.memory import (KV_DTYPE_BYTES, LOG_SOURCE, Overheads, defa
                                      default_max_num_seqs, plan_memory)
 from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gpu
-from planner.catalog.releases import VllmRelease, vllm_release
+from planner.catalog.releases import VLLM_ENGINES, VllmRelease, default_version, engine_versions, vllm_release
 from planner.errors import PlannerError
 from planner.sim.cost_model import PARAM_RANGES, CostParams, coefficients, swap_block_seconds
 from planner.sim.engines import ENGINES, EngineSettings
@@ -60,7 +60,9 @@ class Scenario:
     num_gpu_blocks : int, optional
         Overrides the computed KV block count (vLLM's ``--num-gpu-blocks-override``).
     overheads : Overheads
-        Memory vLLM subtracts besides the weights (estimated, entered, or fitted from a startup log).
+        Memory vLLM subtracts besides the weights (estimated, entered, or fitted from a startup log), and the vLLM
+        release whose rules estimate it: ``vllm_version`` None asks for the newest that serves the engine, and
+        :attr:`auto` then names ``"vllm_version"``.
     cost : CostParams
         The step-time cost model's parameters (defaults or a calibration).
 
@@ -97,7 +99,8 @@ class Scenario:
         if not isinstance(self.model, ModelSpec) or not isinstance(self.gpu, GPU):
             raise PlannerError("a scenario needs a model (a preset or a config.json) and a GPU preset")
         set_ = object.__setattr__
-        set_(self, "auto", frozenset(f for f in AUTO_FIELDS if getattr(self, f) is None))
+        set_(self, "auto", frozenset(f for f in AUTO_FIELDS if getattr(self, f) is None)
+             | ({"vllm_version"} if self.overheads.vllm_version is None else set()))
         tp = _integer("tp", self.tp, low=1)
         set_(self, "tp", tp)
         self._check_tp(tp)
@@ -139,6 +142,7 @@ class Scenario:
         if (self.reserve_quantile is not None or self.priority != "fcfs") and engine.name != "vllm-v1":
             raise PlannerError(f"--reserve-predicted and --priority are remedies of the vllm-v1 engine, not of "
                                f"{engine.name}")
+        self._resolve_release(engine.name)
         _check_overheads(self.overheads)
         self._check_logged_weights()
         if self.async_scheduling is None:
@@ -159,6 +163,21 @@ class Scenario:
             raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
                                f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
                                f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")
+
+    def _resolve_release(self, engine: str) -> None:
+        """The vLLM release served: as given, else the newest that serves the engine; a vLLM engine is refused a
+        release that does not run it (V1's profiling for a V0 server sizes another pool, silently)."""
+        version = self.overheads.vllm_version
+        if version is None:
+            version = default_version(engine)
+            object.__setattr__(self, "overheads", replace(self.overheads, vllm_version=version))
+        release = vllm_release(version)
+        if engine in VLLM_ENGINES and release.engine != engine:
+            default = default_version(engine)
+            raise PlannerError(f"--vllm-version {version}: {release.label} runs {release.engine}, not --engine "
+                               f"{engine} (vLLM ran V0 beside V1 from 0.7 and removed it in 0.11); expected "
+                               f"{', '.join(engine_versions(engine))} (left out: {default}, "
+                               f"{vllm_release(default).label})")
 
     def _check_logged_weights(self) -> None:
         """A startup log's weights are this server's: a log of another model, dtype or TP would size the KV cache
@@ -193,7 +212,9 @@ class Scenario:
     def replace(self, **changes) -> Scenario:
         """A validated copy with ``changes``; fields that were defaulted are defaulted again (a new GPU brings its
         own ``max_num_seqs``) unless ``changes`` sets them."""
-        again = {name: None for name in self.auto if name not in changes}
+        again = {name: None for name in self.auto if name not in changes and name != "vllm_version"}
+        if "vllm_version" in self.auto and "overheads" not in changes:
+            again["overheads"] = replace(self.overheads, vllm_version=None)
         return replace(self, **again, **changes)
 
     @cached_property
@@ -286,7 +307,7 @@ class Scenario:
                             ("--cudagraph-gib", o.cudagraph_bytes), ("--weights-gib", o.weights_bytes)):
             if value is not None:
                 args += [flag, repr(value / GiB)]
-        if o.vllm_version != "current":
+        if "vllm_version" not in self.auto:
             args += ["--vllm-version", o.vllm_version]
         if o.cudagraph_counted is not None and o.cudagraph_counted != o.release.cudagraphs_counted:
             args += ["--cudagraphs", "counted" if o.cudagraph_counted else "outside"]
@@ -349,7 +370,6 @@ def _choice(name: str, value, options) -> None:
 
 
 def _check_overheads(overheads: Overheads) -> None:
-    vllm_release(overheads.vllm_version)          # a release the catalog knows
     for name in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes", "weights_bytes"):
         value = getattr(overheads, name)
         if value is not None and (not math.isfinite(value) or value < 0):

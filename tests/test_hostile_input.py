@@ -302,6 +302,13 @@ def test_async_scheduling_flags_are_refused_off_vllm_v1(capsys, argv, named):
     assert named in refused(capsys, "step", *argv, "--decode", "8x1024")
 
 
+def test_a_vllm_release_that_does_not_run_the_engine_is_refused(capsys):
+    assert "--vllm-version current: V1 0.20 and later (CUDA graphs subtracted) runs vllm-v1, not --engine vllm-v0" \
+        in refused(capsys, "memory", *MODEL, "--engine", "vllm-v0", "--vllm-version", "current")
+    assert main(["memory", *MODEL, "--engine", "vllm-v0", "--json"]) in (0, None)
+    assert json.loads(capsys.readouterr().out)["vllm_version"] == "0.6"
+
+
 @pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink"])
 def test_calibrate_refuses_to_write_over_its_points_file(capsys, tmp_path, spelling):
     rows = "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n" + "512,1,0,0,20\n" * 6

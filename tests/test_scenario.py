@@ -63,7 +63,8 @@ def test_tp_degrees_follow_vllms_head_rules():
 def test_defaults_resolve_once_and_replace_resolves_them_again():
     s = Scenario(LLAMA8, A100)
     assert (s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.weight_dtype) == (8192, 256, 2048, "bf16")
-    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling"}
+    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling",
+                      "vllm_version"}
     # async scheduling as the release does: vllm serve's default from 0.14, opt-in before; re-resolved with it
     assert s.async_scheduling is True
     assert s.replace(overheads=Overheads(vllm_version="0.13")).async_scheduling is False
@@ -139,6 +140,30 @@ def test_the_reproduce_flags_rebuild_the_same_scenario():
     opted = Scenario(LLAMA8, A100, overheads=old, async_scheduling=True)
     assert "--async-scheduling" in opted.cli_args()
     assert scenario_from_args(build_parser().parse_args(["memory", *opted.cli_args()])).async_scheduling is True
+
+
+def test_the_vllm_release_defaults_to_the_newest_that_runs_the_engine_and_refuses_one_that_does_not():
+    v1 = Scenario(LLAMA8, A100)
+    assert v1.overheads.vllm_version == "current" and "--vllm-version" not in v1.cli_args()
+    # vLLM V0 left in 0.11: a V0 server is profiled by V0's rules, re-resolved when the engine changes
+    v0 = v1.replace(engine="vllm-v0")
+    assert v0.overheads.vllm_version == "0.6" and "vllm_version" in v0.auto
+    assert v0.memory.num_blocks != v1.memory.num_blocks and v0.replace(engine="vllm-v1").memory == v1.memory
+    pinned = Scenario(LLAMA8, A100, overheads=Overheads(vllm_version="0.15"))
+    assert pinned.replace(engine="tgi").overheads.vllm_version == "0.15"      # as entered: other engines take any
+    assert "--vllm-version 0.15" in shlex.join(pinned.cli_args())
+    with pytest.raises(PlannerError, match=r"--vllm-version 0.15: V1 0.14-0.16 .* runs vllm-v1, not --engine "
+                                           r"vllm-v0 .*; expected 0.6 \(left out: 0.6, V0 0.6.5-0.10"):
+        pinned.replace(engine="vllm-v0")
+    with pytest.raises(PlannerError, match=r"--vllm-version 0.6: .* runs vllm-v0, not --engine vllm-v1 .*expected "
+                                           r"0.8, 0.10, 0.11, 0.13, 0.15, 0.19, current \(left out: current"):
+        Scenario(LLAMA8, A100, overheads=Overheads(vllm_version="0.6"))
+    # a startup log pasted without a version is the engine's release too, and still reproduces its pool
+    gpu, fitted = overheads_from_log("Model loading took 14.99 GiB memory\nAvailable KV cache memory: 50.00 GiB\n",
+                                     A100, 0.9)
+    logged = Scenario(LLAMA8, gpu, engine="vllm-v0", overheads=fitted)
+    assert logged.overheads.vllm_version == "0.6"
+    assert logged.memory.kv_pool_bytes == pytest.approx(50 * 2**30, abs=2)
 
 
 def test_a_startup_log_of_another_server_is_refused():

@@ -75,9 +75,11 @@ class Overheads:
         the budget, where users lowered ``gpu_memory_utilization``).
     weights_bytes : int or None
         Weights per GPU as loaded ("Model loading took"); None: computed from the architecture.
-    vllm_version : str
+    vllm_version : str or None
         The vLLM release range whose profiling rules estimate what is not given
-        (:data:`planner.catalog.releases.VLLM_VERSIONS`); its runtime defaults apply to the scenario too.
+        (:data:`planner.catalog.releases.VLLM_VERSIONS`); its runtime defaults apply to the scenario too. None: as
+        the scenario's engine is served today (:func:`planner.catalog.releases.default_version`), which the
+        scenario resolves.
     """
 
     activation_bytes: int | None = None
@@ -85,7 +87,7 @@ class Overheads:
     cudagraph_bytes: int | None = None
     cudagraph_counted: bool | None = None
     weights_bytes: int | None = None
-    vllm_version: str = "current"
+    vllm_version: str | None = None
     source: str = field(default="defaults", compare=False)
 
     @property

@@ -85,9 +85,10 @@ def parse_log(text: str) -> ParsedLog:
     return ParsedLog(**values)
 
 
-def fit_overheads(parsed: ParsedLog, requested_bytes: int, vllm_version: str = "current") -> Overheads:
+def fit_overheads(parsed: ParsedLog, requested_bytes: int, vllm_version: str | None = None) -> Overheads:
     """Overheads that make the plan reproduce the log's KV memory, ``requested_bytes`` being what the logged server
-    requested (its total memory times its ``gpu_memory_utilization``), on the release ``vllm_version``.
+    requested (its total memory times its ``gpu_memory_utilization``), on the release ``vllm_version`` (None: as
+    the scenario's engine is served today).
 
     The weights come from the log; activation and non-torch memory too when the log splits them (V0 wording),
     else their sum is whatever ``requested − weights − available KV`` leaves, booked as activation. They are the
@@ -112,7 +113,7 @@ def fit_overheads(parsed: ParsedLog, requested_bytes: int, vllm_version: str = "
 
 
 def overheads_from_log(text: str, gpu: GPU, gpu_memory_utilization: float,
-                       vllm_version: str = "current") -> tuple[GPU, Overheads]:
+                       vllm_version: str | None = None) -> tuple[GPU, Overheads]:
     """The GPU as the logged server saw it (its total memory, when logged) and the overheads that make the plan
     reproduce the log's KV memory: what a scenario built from a pasted startup log takes. They are fitted at the
     utilization the log states (else ``gpu_memory_utilization``), and the release ``vllm_version`` is kept.

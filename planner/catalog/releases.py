@@ -40,6 +40,7 @@ class VllmRelease:
     cudagraphs_counted: bool
     async_scheduling: bool = True
     full_decode_graphs: bool = True
+    engine: str = "vllm-v1"
 
 
 def _gib(x: float) -> int:
@@ -52,7 +53,7 @@ _SORTING_SAMPLER = (9.5, 4, _gib(0.05), _gib(0.1), _gib(0.55), _gib(0.1), False)
 # key -> release range; "current" is what `vllm serve` does today
 VLLM_VERSIONS = {
     "0.6": VllmRelease("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False,
-                       async_scheduling=False, full_decode_graphs=False),
+                       async_scheduling=False, full_decode_graphs=False, engine="vllm-v0"),
     "0.8": VllmRelease("V1 0.7-0.9.0 (counts the CUDA context; piecewise CUDA graphs)", 9.5, 4, _gib(0.05),
                        _gib(0.5), _gib(1.0), _gib(0.6), False, async_scheduling=False, full_decode_graphs=False),
     "0.10": VllmRelease("V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs)",
@@ -69,8 +70,23 @@ VLLM_VERSIONS = {
 }
 
 
+# the engines whose memory these releases profile; others (TGI, TensorRT-LLM, …) are sized by the release given
+VLLM_ENGINES = frozenset(release.engine for release in VLLM_VERSIONS.values())
+
+
 def vllm_release(version: str) -> VllmRelease:
     """The release range ``--vllm-version`` names (a key of :data:`VLLM_VERSIONS`)."""
     if version not in VLLM_VERSIONS:
         raise PlannerError(f"--vllm-version {version!r}: expected one of {', '.join(VLLM_VERSIONS)}")
     return VLLM_VERSIONS[version]
+
+
+def engine_versions(engine: str) -> list[str]:
+    """The ``--vllm-version`` keys that serve ``engine``, oldest first (every key for an engine that is not vLLM's)."""
+    return [key for key, release in VLLM_VERSIONS.items() if engine not in VLLM_ENGINES or release.engine == engine]
+
+
+def default_version(engine: str) -> str:
+    """What ``--vllm-version`` is when left out: the newest release that serves ``engine`` ("current", but V0's
+    last profiling, "0.6", for vLLM V0)."""
+    return engine_versions(engine)[-1]

@@ -37,10 +37,11 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--num-gpu-blocks", type=SCENARIO_INT, help="override the computed KV block count")
     g.add_argument("--max-num-seqs", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
     g.add_argument("--max-num-batched-tokens", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
-    g.add_argument("--vllm-version", default="current", choices=list(VLLM_VERSIONS),
+    g.add_argument("--vllm-version", choices=list(VLLM_VERSIONS),
                    help="the vLLM release served: its memory profiling sizes the KV cache, and its defaults say "
                         "whether it schedules asynchronously and captures full CUDA graphs for decode: " + "; ".join(
-                       f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items()))
+                       f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items())
+                        + " (default: current; 0.6 under --engine vllm-v0)")
     g.add_argument("--cudagraphs", choices=("counted", "outside"),
                    help="CUDA-graph memory inside the KV budget or outside it (default: as --vllm-version does)")
     g.add_argument("--vllm-log", help="a vLLM startup log: fit the memory overheads (and the GPU's memory) to it")
