@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.capacity.memory import KV_DTYPE_BYTES
-from planner.catalog.releases import VLLM_VERSIONS
+from planner.catalog.releases import VLLM_VERSIONS, default_version
 from planner.catalog.gpus import GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.cli.values import FINITE, NON_NEGATIVE_GIB, SCENARIO_INT, real
@@ -41,7 +41,8 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the vLLM release served: its memory profiling sizes the KV cache, and its defaults say "
                         "whether it schedules asynchronously and captures full CUDA graphs for decode: " + "; ".join(
                        f"{k}: {v.label}" for k, v in VLLM_VERSIONS.items())
-                        + " (default: current; 0.6 under --engine vllm-v0)")
+                        + f" (default: {default_version('vllm-v1')}; {default_version('vllm-v0')} under --engine "
+                          "vllm-v0)")
     g.add_argument("--cudagraphs", choices=("counted", "outside"),
                    help="CUDA-graph memory inside the KV budget or outside it (default: as --vllm-version does)")
     g.add_argument("--vllm-log", help="a vLLM startup log: fit the memory overheads (and the GPU's memory) to it")
