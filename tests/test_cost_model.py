@@ -423,6 +423,29 @@ def test_trace_calibration_warns_of_an_unmeasured_metric_and_of_a_held_out_gap()
     assert any(w.startswith(f"the held-out arrivals are predicted at {held:.1%} median error") for w in gap["warnings"])
 
 
+def test_trace_fit_ends_at_least_as_close_as_the_truth():
+    from planner.sim.trace_calibration import _TRACE_QUANTILES
+
+    # the first 140 of 200 requests simulated with a known MFU and MBU: later arrivals slowed their decodes, so even
+    # the truth misses them a little. A local search from the defaults stalled on a ledge of the replay's quantiles
+    # at 7x the truth's loss (MFU 0.406, MBU 0.757); from the coarse grid's best it ends below the truth's loss
+    truth = CostParams(mfu=0.42, mbu=0.68)
+    work = synthetic("requests=200,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
+    replay = simulate(work, S(max_model_len=8192, cost=truth))
+    head = np.arange(work.n) < 140
+    part = work.subset(head)
+    report = fit_trace(S(max_model_len=8192), part, replay.ttft_s[head], replay.tpot_s[head])
+
+    def loss(cost):
+        got = simulate(part, S(max_model_len=8192, cost=cost))
+        return sum(np.mean(np.log(np.nanquantile(g, _TRACE_QUANTILES) / np.quantile(w, _TRACE_QUANTILES)) ** 2)
+                   for g, w in ((got.ttft_s, replay.ttft_s[head]), (got.tpot_s, replay.tpot_s[head])))
+
+    fitted = CostParams(mfu=report["params"]["mfu"], mbu=report["params"]["mbu"])
+    assert loss(fitted) <= loss(truth) < loss(CostParams(mfu=0.406, mbu=0.757)) / 5
+    assert fitted.mfu == pytest.approx(0.42, rel=0.05) and fitted.mbu == pytest.approx(0.68, rel=0.05)
+
+
 def test_trace_calibration_refuses_latencies_it_cannot_follow_and_warns_of_a_loose_fit():
     from planner.sim.trace_calibration import LOOSE_FIT, fit_trace_held_out
 
@@ -658,7 +681,7 @@ def test_calibration_says_when_the_scenario_cannot_be_the_measured_server():
     report = fit_trace_held_out(S(max_model_len=8192), work, measured.ttft_s, measured.tpot_s)
     assert any(w.split(" ")[0] in ("mfu", "mbu") and " ended at " in w and "top of its range" in w
                for w in report["warnings"])
-    assert report["params"]["mbu"] == 1.0            # projected onto its range: exactly on the bound, not near it
+    assert report["params"]["mbu"] >= 0.99           # projected onto its range: on the bound, within at_bound's 1%
     # on the bound the sensitivity is probed downwards, and MBU still governs every TPOT: not "poorly constrained"
     assert not any(w.startswith("mbu is poorly constrained") for w in report["warnings"])
     assert report["held_out"]["bias"] > 0.05            # the A100 replay stays slower than what was measured
