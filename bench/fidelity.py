@@ -106,7 +106,7 @@ def main() -> None:
     rows = (compare(CostParams(), "defaults") + compare(CostParams(**fitted["params"]), "trace-calibrated")
             + compare(CostParams(**with_pool["params"]), "trace+KV-calibrated", with_pool["num_blocks"])
             + compare(from_iterations, "iteration-calibrated"))
-    # the roofline's knee (roofline_p, default 2 from Vidur's GEMM timings) is not fitted: shown for both ends
+    # the roofline's knee (roofline_p; the A100's 8, from its measured GEMMs) is not fitted: shown for both ends
     for p, label in ((64.0, "trace+KV, ideal roofline max"), (1.0, "trace+KV, additive roofline")):
         knee = fit_trace(settings(CostParams(roofline_p=p)), work, ttft, tpot, blocks_factors=pools)
         rows += compare(CostParams(**knee["params"]), label, knee["num_blocks"])

@@ -20,11 +20,13 @@ The roofline's knee (:data:`planner.catalog.gpus.FAMILY_ROOFLINE_P`): for each p
 the GEMMs (n, k ≥ 4,096, m of 16 to 512 tokens) of log(model ramp / measured ramp), where a ramp is a shape's time at
 m tokens over its time at one token and the model is ``(compute^p + memory^p)^(1/p)`` at the family's default MFU and
 MBU. The catalog takes the p nearest zero for a family whose p = 2 misses by more than :data:`KNEE_TOLERANCE`.
+``--vidur PATH`` (a clone of microsoft/vidur, MIT, commit 7d475133) also prints the A100's biases over Vidur's own
+A100 linear-layer timings (``data/profiling/compute/a100/<model>/mlp.csv`` of four models at TP 1-8).
 
 Data: ai-dynamo/aiconfigurator (Apache-2.0) commit 095f58a5, ``aic-core/src/aiconfigurator_core/systems/data/
 <gpu>/gemm/vllm/0.14.0/gemm_perf.parquet`` (latency in ms per (m, n, k), BF16 and FP8 rows; BF16 read). Read from
 a clone, not copied: ``git clone https://github.com/ai-dynamo/aiconfigurator`` and pass it with ``--aiconfigurator``.
-Usage: python bench/gpu_efficiency.py --aiconfigurator PATH
+Usage: python bench/gpu_efficiency.py --aiconfigurator PATH [--vidur PATH]
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from planner.sim.cost_model import _busy  # noqa: E402
 DATA_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
 TABLE = "aic-core/src/aiconfigurator_core/systems/data/{}/gemm/vllm/0.14.0/gemm_perf.parquet"
 ANCHOR = "h100_sxm"
-# our catalog name -> AIConfigurator's system directory; a100_sxm is shown, not used (A100 keeps the reference's)
+# our catalog name -> AIConfigurator's system directory
 SYSTEMS = {"h100-sxm": "h100_sxm", "a100-80gb-sxm": "a100_sxm", "h200": "h200_sxm", "l40s": "l40s"}
 COMPUTE_M = (1024, 2048, 4096, 8192)
 STREAM_M = (1, 2, 4, 8)
@@ -59,12 +61,19 @@ H200_TIMED = Path(__file__).resolve().parent / "data" / "h200_gemm" / "gemm_bf16
 KNEES = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 64.0)     # 64: the cost model's ideal max
 KNEE_M = (16, 512)
 KNEE_TOLERANCE = 0.05
+# Vidur's A100 operator timings (microsoft/vidur, MIT): a second source for the A100's knee
+VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
+VIDUR_MODELS = ("internlm/internlm-20b", "meta-llama/Llama-2-70b-hf", "codellama/CodeLlama-34b-Instruct-hf",
+                "meta-llama/Meta-Llama-3-8B")
+
+
+def _show(repo: Path, commit: str, path: str) -> bytes:
+    return subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True,
+                          capture_output=True).stdout
 
 
 def _read(repo: Path, path: str) -> pl.DataFrame:
-    blob = subprocess.run(["git", "-C", str(repo), "show", f"{DATA_COMMIT}:{path}"], check=True,
-                          capture_output=True).stdout
-    return pl.read_parquet(io.BytesIO(blob))
+    return pl.read_parquet(io.BytesIO(_show(repo, DATA_COMMIT, path)))
 
 
 def rated(table: pl.DataFrame, gpu_name: str) -> pl.DataFrame:
@@ -154,6 +163,25 @@ def measured_here(path: Path, gpu_name: str) -> dict:
             "biases": ramp_biases(table, gpu_name), "shapes": table.height}
 
 
+def vidur_gemms(repo: Path) -> pl.DataFrame:
+    """Vidur's A100 linear layers (``data/profiling/compute/a100/<model>/mlp.csv`` of :data:`VIDUR_MODELS`, every TP)
+    as GEMMs (m tokens, n outputs, k inputs per GPU; median latency in ms per shape): QKV (n = (heads + 2 KV heads)
+    × head_dim / TP), attention out (k = hidden / TP), MLP up (n = intermediate, twice that gated, / TP), MLP down."""
+    rows = []
+    for model in VIDUR_MODELS:
+        table = pl.read_csv(io.BytesIO(_show(repo, VIDUR_COMMIT, f"data/profiling/compute/a100/{model}/mlp.csv")))
+        for r in table.iter_rows(named=True):
+            tp, hidden, inner = r["num_tensor_parallel_workers"], r["n_embd"], r["n_expanded_embd"]
+            head_dim = hidden // r["n_head"]
+            shapes = {"attn_pre_proj": ((r["n_head"] + 2 * r["n_kv_head"]) * head_dim // tp, hidden),
+                      "attn_post_proj": (hidden, hidden // tp),
+                      "mlp_up_proj": ((2 if r["use_gated_mlp"] else 1) * inner // tp, hidden),
+                      "mlp_down_proj": (hidden, inner // tp)}
+            rows += [{"m": r["num_tokens"], "n": n, "k": k, "latency": r[f"time_stats.{op}.median"]}
+                     for op, (n, k) in shapes.items()]
+    return pl.DataFrame(rows).group_by("m", "n", "k").agg(pl.col("latency").median())
+
+
 def knee(biases: dict[float, float]) -> float | None:
     """The p a family takes: the one whose bias is nearest zero, where p = 2 misses by more than the tolerance;
     None: p = 2 stands."""
@@ -175,8 +203,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", default=os.environ.get("AICONFIGURATOR"),
                         help="a clone of github.com/ai-dynamo/aiconfigurator (or set AICONFIGURATOR)")
+    parser.add_argument("--vidur", default=os.environ.get("VIDUR"),
+                        help="also the A100's knee from a clone of github.com/microsoft/vidur (or set VIDUR)")
     args = parser.parse_args()
     print_h200_timed()
+    if args.vidur:
+        biases = ramp_biases(vidur_gemms(Path(args.vidur)), "a100-80gb-sxm")
+        print("A100 from Vidur's GEMMs: ramp bias " + " ".join(f"p={p:g} {b:+.3f}" for p, b in biases.items()) +
+              f"; knee {knee(biases) or 2:g} (catalog: {get_gpu('a100-80gb-sxm').roofline_p:g})")
     if not args.aiconfigurator or not Path(args.aiconfigurator).exists():
         sys.exit("error: --aiconfigurator: expected a clone of https://github.com/ai-dynamo/aiconfigurator: "
                  "git clone https://github.com/ai-dynamo/aiconfigurator")

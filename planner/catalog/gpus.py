@@ -19,8 +19,9 @@ TB = 10**12
 # worked examples and Vidur's A100 GEMM and GEMV timings) and H100 SXM (checked on vLLM v0.15.1, bench/fidelity_v1.py)
 DEFAULT_MFU = 0.55
 DEFAULT_MBU = 0.80
-# how sharply a step turns from memory- to compute-bound (CostParams.roofline_p): 2 reproduces Vidur's A100 GEMMs
-# near the ridge (reference/performance-models.md); FAMILY_ROOFLINE_P gives the families whose GEMMs turn sharper
+# how sharply a step turns from memory- to compute-bound (CostParams.roofline_p) on a GPU whose GEMMs were not
+# measured: 2, the smoothest knee a measured family shows (the L40S's; FAMILY_ROOFLINE_P), so such a GPU errs slow
+# near the ridge, not fast
 DEFAULT_ROOFLINE_P = 2.0
 
 
@@ -114,12 +115,16 @@ FAMILY_EFFICIENCY: dict[str, tuple[float, float]] = {"h200": (0.938, 0.880), "l4
 # the same tables time an eager A100 call at ~44 µs, a captured one at ~5 µs) keep allreduce_latency_s.
 FAMILY_ALLREDUCE: dict[str, float] = {"a100-80gb-sxm": 1.281, "a100-40gb-sxm": 1.281}
 # The roofline's knee per family: the p (of 1.5, 2, 3, 4, 6, 8, 16, 64) whose ramp from 1 to m tokens (16-512)
-# matches that GPU's measured vLLM 0.14 BF16 GEMMs best (median log error over the shapes with n, k >= 4,096;
-# AIConfigurator's kernel tables, commit 095f58a5; bench/gpu_efficiency.py recomputes it), where p = 2 misses it by
-# more than 5%: the H100's GEMMs stay memory-bound further (p = 2: +10.6%, 4: +0.5%), the H200's further still
-# (2: +17.4%, 64, the ideal max: +1.4%). The L40S's (2: -3.2%) keeps 2; so does the A100, whose reference
-# (Vidur's GEMMs, 1.3x the 1-token time at 128 tokens) measures p = 2, though these tables would give it 8.
-FAMILY_ROOFLINE_P: dict[str, float] = {"h100-sxm": 4.0, "h200": 64.0}
+# matches that GPU's measured vLLM 0.14 BF16 GEMMs best at its default MFU and MBU (median log error over the shapes
+# with n, k >= 4,096; AIConfigurator's kernel tables, commit 095f58a5; bench/gpu_efficiency.py recomputes it), where
+# p = 2 misses it by more than 5%: the H100's GEMMs stay memory-bound further (p = 2: +10.6%, 4: +0.5%), the A100's
+# too (2: +15.9%, 8: +0.0%), the H200's further still (2: +17.4%, 64, the ideal max: +1.4%); the L40S's (2: -3.2%)
+# keeps 2. Vidur's A100 GEMMs (33 shapes of four models at TP 1-8; bench/gpu_efficiency.py --vidur) agree: 2 makes
+# them +15.1% slow, 8 +5.7%. (Until 2026-12-06 the A100 kept 2, read off Vidur's Llama-3-8B mlp_up_proj at the
+# GEMM's own 75% MFU, not at the 55% the cost model applies.) The A100's other parts run the same GA100 GEMM
+# kernels; their bandwidth, which moves the ridge, is the roofline's memory side.
+FAMILY_ROOFLINE_P: dict[str, float] = {"h100-sxm": 4.0, "h200": 64.0, "a100-80gb-sxm": 8.0, "a100-40gb-sxm": 8.0,
+                                       "a100-80gb-pcie": 8.0, "a100-40gb-pcie": 8.0}
 
 
 def _family(gpu: GPU) -> GPU:

@@ -1,12 +1,17 @@
 """Step-time cost model: the time of one engine iteration on a GPU, from FLOPs and bytes (a roofline).
 
 One iteration runs prefill chunks (each after some earlier context) and decoding sequences (each with its context)
-together. Its time is ``max(FLOPs / (MFU · peak), bytes / (MBU · bandwidth)) + TP all-reduces + a per-step and a
-per-sequence overhead``, the ``max`` smoothed near the ridge point (``roofline_p``). Linear layers cost
-``2 · active parameters`` FLOPs per token; causal attention ``4 · layers · heads · head_dim`` per (query, key)
-pair; the logits ``2 · vocab · hidden`` per sequence, each kind at the tensor peak it runs at (an 8-bit
-checkpoint's linear layers at the 8-bit one, attention and the logits in 16 bits). Bytes are the weights (all
-experts of an MoE) plus the KV cache the batch reads. Defaults and their sources:
+together. Its time is two rooflines, one after the other, plus TP all-reduces and a per-step and a per-sequence
+overhead: the linear layers' ``max(FLOPs / (MFU · peak), weight bytes / (MBU · bandwidth))`` and attention's
+``max(FLOPs / (MFU · peak), KV bytes / (MBU · bandwidth))``, each ``max`` smoothed near its ridge point
+(``roofline_p``). They are apart because the GPU runs them apart: each layer's attention kernel starts when its QKV
+GEMM ends and the output GEMM waits for it, so a mixed step's KV reads do not hide under its GEMMs' compute (Vidur
+sums its operators' times the same way; a single ``max`` over the step, BLIS's, lets them overlap).
+Linear layers cost ``2 · active parameters`` FLOPs per token (and the logits ``2 · vocab · hidden`` per sequence);
+causal attention ``4 · layers · heads · head_dim`` per (query, key) pair; each kind at the tensor peak it runs at
+(an 8-bit checkpoint's linear layers at the 8-bit one, attention and the logits in 16 bits). The linear layers
+stream the weights (the experts an MoE step's tokens touch); attention reads the KV cache of the batch's context
+and writes its new tokens'. Defaults and their sources:
 ``../shared/reference/performance-models.md`` §2–3; :mod:`planner.sim.calibration` fits them to measurements.
 """
 
@@ -121,12 +126,12 @@ class CostParams:
         (the development data of bench/fidelity_v1.py); BLIS fits a 15.6 ms lump on the same study, which also
         holds async scheduling's extra step (inference-sim defaults.yaml, alpha_coeffs[0]).
     roofline_p : float or None
-        How sharply a step turns from memory- to compute-bound: busy time ``(compute^p + memory^p)^(1/p)``.
-        Large p is the ideal roofline ``max``; 1 adds the two. 2 reproduces Vidur's measured A100 GEMMs near the
-        ridge (Llama-3-8B ``mlp_up_proj`` at 128 tokens takes 1.30× its 1-token time; p = 2 gives 1.33×,
-        ``max`` 1.0×) and makes small token budgets cost more per token, as on real GPUs. None: the GPU's
-        (:attr:`planner.catalog.gpus.GPU.roofline_p`: 2; H100 SXM 4 and H200 64, whose measured GEMMs stay
-        memory-bound further).
+        How sharply each of a step's two rooflines (linear layers, attention) turns from memory- to compute-bound:
+        busy time ``(compute^p + memory^p)^(1/p)``. Large p is the ideal roofline ``max``; 1 adds the two. None: the
+        GPU's (:attr:`planner.catalog.gpus.GPU.roofline_p`), the p whose ramp from 1 to 16-512 tokens matches its
+        family's measured GEMMs at its default MFU and MBU: A100 8 (Vidur's Llama-3-8B ``mlp_up_proj`` at 128
+        tokens takes 1.30x its 1-token time; 8 gives 1.26x, 2 gives 1.59x), H100 SXM 4, H200 64, L40S 2; 2 on a
+        GPU whose GEMMs were not measured, the smoothest, so it errs slow near the ridge.
     source : str
         Where the values come from (defaults, or the calibration file).
     fitted_on : FittedOn or None
@@ -316,29 +321,33 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
     seqs : float
         Sequences in the batch (each produces logits and pays the per-sequence overhead).
     """
-    compute, memory, overhead = step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs)
-    busy = _busy(compute, memory, c[_ROOFLINE_P])
-    bound = COMPUTE if compute > memory else MEMORY
+    linear, weights, attention, kv, overhead = step_parts(c, prefill_tokens, attn_pairs, decode_count,
+                                                          context_tokens, seqs)
+    busy = _busy(linear, weights, c[_ROOFLINE_P]) + _busy(attention, kv, c[_ROOFLINE_P])
+    bound = COMPUTE if linear + attention > weights + kv else MEMORY
     if overhead > busy:
         bound = OVERHEAD
     return busy + overhead, bound
 
 
 @numba.njit(cache=True, nogil=True)
-def step_terms(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
-    """``(compute_s, memory_s, overhead_s)`` of one iteration (:func:`step_seconds`' arguments): FLOPs at MFU,
-    bytes at MBU, and what runs beside them (per-step, per-sequence, all-reduce, piecewise-graph costs)."""
+def step_parts(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs):
+    """``(linear_s, weights_s, attention_s, kv_s, overhead_s)`` of one iteration (:func:`step_seconds`' arguments):
+    the linear layers' and the logits' FLOPs at MFU and the weights they stream at MBU; attention's FLOPs at MFU and
+    the KV cache it reads and writes at MBU; and what runs beside them (per-step, per-sequence, all-reduce,
+    piecewise-graph costs)."""
     (linear_per_token, logit_per_seq, attn_per_pair, s_per_byte, weight_bytes, kv_per_token,
      comm_per_token, comm_fixed, step_overhead, seq_overhead, _, mixed_step, expert_bytes, miss_log) = c
     tokens = prefill_tokens + decode_count
-    compute = linear_per_token * tokens + logit_per_seq * seqs + attn_per_pair * attn_pairs
+    linear = linear_per_token * tokens + logit_per_seq * seqs
     # an MoE layer reads only the experts its tokens are routed to: E·(1 − (1 − k/E)^tokens) expected of E
     untouched = math.exp(tokens * miss_log) if expert_bytes > 0.0 else 0.0
-    memory = (weight_bytes - expert_bytes * untouched + kv_per_token * (context_tokens + tokens)) * s_per_byte
+    weights = (weight_bytes - expert_bytes * untouched) * s_per_byte
+    kv = kv_per_token * (context_tokens + tokens) * s_per_byte
     overhead = step_overhead + seq_overhead * seqs + comm_fixed + comm_per_token * tokens
     if prefill_tokens > 0.0:
         overhead += mixed_step
-    return compute, memory, overhead
+    return linear, weights, attn_per_pair * attn_pairs, kv, overhead
 
 
 @numba.njit(cache=True, nogil=True)
@@ -373,8 +382,8 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     if agg[0] + agg[2] <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
     seconds, bound = step_seconds(c.as_tuple(), *agg)
-    compute, memory, _ = step_terms.py_func(c.as_tuple(), *agg)
-    busy = _busy.py_func(compute, memory, c.roofline_p)
+    linear, weights, attention, kv, overhead = step_parts.py_func(c.as_tuple(), *agg)
+    compute, memory = linear + attention, weights + kv
     return {"step_ms": seconds * 1e3, "bound": BOUND_NAMES[bound], "compute_ms": compute * 1e3,
-            "memory_ms": memory * 1e3, "overlap_loss_ms": (busy - max(compute, memory)) * 1e3,
-            "overhead_ms": (seconds - busy) * 1e3}
+            "memory_ms": memory * 1e3, "overlap_loss_ms": (seconds - overhead - max(compute, memory)) * 1e3,
+            "overhead_ms": overhead * 1e3}

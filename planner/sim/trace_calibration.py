@@ -212,9 +212,9 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
                                  np.log(lo), np.log(hi)), axis=0)
         best = grid[int(np.argmin([loss(x) for x in grid]))]
         simplex = np.vstack([best, best + np.log(_GRID_FACTORS[3]) / 2 * np.eye(best.size)])
+        from_grid = {**options, "initial_simplex": simplex}
         fit = min((optimize.minimize(loss, x0, method="Nelder-Mead", options=options),
-                   optimize.minimize(loss, best, method="Nelder-Mead", options={**options, "initial_simplex": simplex})),
-                  key=lambda f: f.fun)
+                   optimize.minimize(loss, best, method="Nelder-Mead", options=from_grid)), key=lambda f: f.fun)
         return float(fit.fun), with_values(scenario.cost, TRACE_PARAMS, np.clip(np.exp(fit.x), lo, hi))
 
     say = progress or (lambda fraction, message: None)
