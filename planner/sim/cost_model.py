@@ -176,7 +176,7 @@ class CostParams:
             out.append(f"the calibration was fitted at TP {on.tp} and is applied at TP {scenario.tp}: what tensor "
                        "parallelism changes (all-reduces, handing each step to the other ranks, narrower GEMMs) "
                        "was not measured, so those terms are defaults (calibrated on six TP 1 iterations of "
-                       "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to a quarter: "
+                       "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to 28%: "
                        "bench/calibrate_points.py); calibrate on iterations or a trace measured at this TP")
         for what, was, now, why in (
                 ("weights", on.weight_dtype, scenario.weight_dtype, "an 8-bit checkpoint's GEMMs reach their own "

@@ -32,7 +32,8 @@ HOLDOUT_SHARE = 0.3      # calibrate --trace: the last 30% of the arrivals are p
 LOOSE_FIT = 0.2
 _FIT_REPLAYS = 600       # about what fit_trace's search replays on two parameters (the bundled sample: 591)
 # the coarse grid fit_trace starts from: each parameter at its scenario value ×/÷ √2 and 2 (25 replays on two)
-_GRID_FACTORS = (0.5, 2 ** -0.5, 1.0, 2 ** 0.5, 2.0)
+_GRID_STEP = 2 ** 0.5
+_GRID_FACTORS = (0.5, 2 ** -0.5, 1.0, _GRID_STEP, 2.0)
 LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "p99"),
                    ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
 
@@ -211,7 +212,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
         grid = np.unique(np.clip(x0 + np.log(list(itertools.product(_GRID_FACTORS, repeat=x0.size))),
                                  np.log(lo), np.log(hi)), axis=0)
         best = grid[int(np.argmin([loss(x) for x in grid]))]
-        simplex = np.vstack([best, best + np.log(_GRID_FACTORS[3]) / 2 * np.eye(best.size)])
+        simplex = np.vstack([best, best + np.log(_GRID_STEP) / 2 * np.eye(best.size)])
         from_grid = {**options, "initial_simplex": simplex}
         fit = min((optimize.minimize(loss, x0, method="Nelder-Mead", options=options),
                    optimize.minimize(loss, best, method="Nelder-Mead", options=from_grid)), key=lambda f: f.fun)
