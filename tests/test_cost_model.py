@@ -82,6 +82,10 @@ def test_the_a100s_knee_matches_its_measured_gemms_at_the_mfu_the_model_applies(
     assert _busy(compute_ms, memory_ms, 64.0) / memory_ms == pytest.approx(compute_ms / memory_ms, rel=1e-3)
     far = 2 * 117.4e6 * 4096 / (0.55 * 312e12) * 1e3
     assert _busy(far, memory_ms, 2.0) == pytest.approx(far, rel=1e-3)                # far from the ridge: compute
+    # the catalog's knees are taken by square roots in the simulator's loop: the same as the power formula
+    for p in (2.0, 3.0, 4.0, 8.0):
+        for c, m in ((compute_ms, memory_ms), (memory_ms, compute_ms), (far, memory_ms), (1.0, 1.0)):
+            assert _busy(c, m, p) == pytest.approx((c ** p + m ** p) ** (1 / p), rel=1e-14)
     # and a whole step: the smooth knee adds at most sqrt(2)-1 over the ideal roofline, most at the ridge
     smooth = predict_step(S(cost=replace(MBU08, roofline_p=2.0)), [], [(64, 1024)])
     assert smooth["memory_ms"] < smooth["step_ms"] <= smooth["memory_ms"] * 2 ** 0.5

@@ -355,10 +355,18 @@ def _busy(compute, memory, p):
     top = compute if compute > memory else memory
     if p >= 64.0 or top <= 0.0:
         return top
-    if p == 2.0:        # the default: a square root, not two pow calls, in the simulator's innermost loop
+    # the catalog's knees (2, 4, 8) by square roots, not two pow calls: this is the simulator's innermost loop
+    if p == 2.0:
         return math.hypot(compute, memory)
     low = compute + memory - top
-    return top * (1.0 + (low / top) ** p) ** (1.0 / p)
+    ratio = low / top
+    if p == 4.0:
+        square = ratio * ratio
+        return top * math.sqrt(math.sqrt(1.0 + square * square))
+    if p == 8.0:
+        fourth = (ratio * ratio) * (ratio * ratio)
+        return top * math.sqrt(math.sqrt(math.sqrt(1.0 + fourth * fourth)))
+    return top * (1.0 + ratio ** p) ** (1.0 / p)
 
 
 def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> dict:
