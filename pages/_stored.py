@@ -1,5 +1,5 @@
-"""The Traces page's list of stored traces and the removal of one: the whole store without sign-in, a workspace's
-own and shared traces with it."""
+"""The Traces page's list of stored traces, the split of one server's requests off a trace holding several servers'
+traffic, and the removal of one: the whole store without sign-in, a workspace's own and shared traces with it."""
 
 from __future__ import annotations
 
@@ -9,20 +9,29 @@ import streamlit as st
 from pages._shared import connection
 from planner.errors import PlannerError
 from planner.traces import store
+from planner.traces.split import model_counts, split_by_model
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _models(trace_id: str) -> dict[str, int]:
+    """Rows per model the trace's model column names (:func:`planner.traces.split.model_counts`)."""
+    return model_counts(connection(), trace_id)
 
 
 def stored_traces(owner: str | None) -> None:
-    """List the traces ``owner`` sees and offer to remove one of their own (any one, without sign-in); a removal
-    reruns the page and says what it removed above the list."""
+    """List the traces ``owner`` sees, offer to split one server's requests off one of them and to remove one of
+    their own (any one, without sign-in); a split or a removal reruns the page and says what it did above the
+    list."""
     st.subheader("Stored traces")
-    if removed := st.session_state.pop("traces_removed", None):     # said after the rerun that lists the rest
-        st.success(removed)
+    if said := st.session_state.pop("traces_said", None):     # said after the rerun that lists the rest
+        st.success(said)
     traces = store.list_traces(connection(), owner)
     st.dataframe(pl.DataFrame([{"name": t.name, "trace_id": t.trace_id, "rows": t.rows, "failed": t.failed,
                                 "rejected": t.rejected, "format": t.format, "layout": t.layout,
                                 "source": t.source_file, "created": t.created} for t in traces]),
                  hide_index=True, key="traces_table")
     # signed in, only traces in one's own workspace can be removed; shared ones (the sample) stay
+    split_section([t for t in traces if t.layout != "summary"], owner)
     own = None if owner is None else store.owned_trace_ids(connection(), owner)
     removable = [t for t in traces if own is None or t.trace_id in own]
     if not removable:
@@ -38,6 +47,38 @@ def stored_traces(owner: str | None) -> None:
             except PlannerError as exc:
                 st.error(str(exc))
             else:
-                st.session_state["traces_removed"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
+                st.session_state["traces_said"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
                                                       f"Removed {by_id[doomed]} ({doomed}) from your workspace.")
                 st.rerun()
+
+
+def split_section(traces: list[store.TraceInfo], owner: str | None) -> None:
+    """Split one server's requests off a trace whose model column names several models (several servers'
+    traffic), as a trace of their own that the sidebar then selects."""
+    with st.expander("Split one server's requests off"):
+        st.caption("A trace whose model column names several models is several servers' traffic: every page plans "
+                   "their sum on one server. Its split keeps the rows one model served (failed ones included, "
+                   "numbered as in the source) as a trace of its own.")
+        by_id = {t.trace_id: t.name for t in traces}
+        source = st.selectbox("Trace", list(by_id), index=None, format_func=lambda tid: f"{by_id[tid]} ({tid})",
+                              placeholder="choose a trace", key="traces_split_pick")
+        if source is None:
+            return
+        counts = _models(source)
+        if len(counts) < 2:
+            st.info(f"{by_id[source]} names {'one model' if counts else 'no model'}: its requests are one server's.")
+            return
+        model = st.selectbox("Served by", list(counts), format_func=lambda m: f"{m} ({counts[m]:,} rows)",
+                             key="traces_split_model")
+        if st.button("Split", key="traces_split"):
+            try:
+                result = split_by_model(connection(), source, model, owner=owner)
+            except PlannerError as exc:
+                st.error(str(exc))
+                return
+            st.session_state["traces_said"] = (
+                f"{model}'s rows were split off before, as {result.name} ({result.trace_id}), now selected."
+                if result.duplicate_of else
+                f"Stored {result.rows:,} rows of {model} as {result.name} ({result.trace_id}), now selected.")
+            st.session_state["pending_trace"] = result.name      # the sidebar picker switches on the next run
+            st.rerun()

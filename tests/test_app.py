@@ -91,6 +91,28 @@ def test_traces_page_deletes_the_picked_trace_and_says_so(app):
     assert not app.success and list(table_with(app, "created")["name"]) == ["sample_chat"]
 
 
+def test_traces_page_splits_one_servers_requests_off_and_selects_them(app):
+    app.switch_page("pages/traces.py").run()
+    ids = dict(zip(*(list(table_with(app, "created")[c]) for c in ("name", "trace_id")), strict=True))
+    app.selectbox(key="traces_split_pick").set_value(ids["sample_chat"]).run()
+    models = app.selectbox(key="traces_split_model")
+    assert models.options == ["llama-3-8b (5,954 rows)", "llama-3-70b (2,443 rows)"]
+    models.set_value("llama-3-70b").run()
+    app.button(key="traces_split").click().run()
+    assert not app.exception
+    (said,) = [s.value for s in app.success]
+    assert said.startswith("Stored 2,443 rows of llama-3-70b as sample_chat-llama-3-70b (")
+    table = table_with(app, "created")
+    assert dict(zip(table["name"], table["rows"], strict=True)) == {"sample_chat": 8397,
+                                                                     "sample_chat-llama-3-70b": 2443}
+    # the sidebar's picker (app.py, which AppTest's switch_page does not run) takes it on the next run
+    assert app.session_state["pending_trace"] == "sample_chat-llama-3-70b"
+    app.button(key="traces_split").click().run()            # the same split again finds the first
+    assert [s.value for s in app.success] == [said.replace("Stored 2,443 rows of llama-3-70b as",
+                                                           "llama-3-70b's rows were split off before, as")]
+    assert len(table_with(app, "created")) == 2
+
+
 def test_traces_page_lets_the_user_map_unknown_columns(app):
     app.switch_page("pages/traces.py").run()
     app.file_uploader(key="traces_upload").set_value(("odd.csv", b"when,a,b\n1,10,2\n2,20,3\n", "text/csv")).run()

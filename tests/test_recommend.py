@@ -108,7 +108,7 @@ def test_recommend_cli_contract(tmp_path):
     assert proc.stderr.splitlines() == [
         "warning: the trace's requests were served by 2 models (llama-3-8b (5,921), llama-3-70b (2,429)), and all of "
         "them are replayed on one llama-3-8b server: the plan sizes that server for their sum; to plan one server, "
-        "ingest its requests alone (simulate --trace-model NAME replays one server's)"]
+        "split its requests off as a trace of their own (`split TRACE --model llama-3-8b`, or the Traces page)"]
     assert [c["name"] for c in obj["classes"]] == ["chat", "batch"]
     for c in obj["classes"]:
         assert {"name", "slo", "feasible", "config", "max_qps_per_replica", "replicas_for_peak", "predicted",

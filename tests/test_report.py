@@ -20,6 +20,7 @@ from planner.scenario import Scenario
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 from planner.traces.samples import SAMPLE_PATH
+from planner.traces.split import split_by_model
 
 MODEL, GPU = get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")
 PAYLOAD = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -217,6 +218,11 @@ def test_a_report_on_several_servers_traffic_says_it_is_planned_as_one(con, tmp_
                               f"all of them are replayed on one {MODEL.name} server")
     assert f"<b>Warning:</b> {html.escape(warning)}" in to_html(report, chart_svgs(report.charts))
     assert "**Warning:** the trace's requests were served by 2 models" in to_markdown(report)
+    # split off, one server's requests are planned without it
+    eight = split_by_model(con, info.trace_id, "llama-3-8b")
+    alone = build_report(con, eight.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
+    assert alone.to_dict()["assumptions"]["trace_warnings"] == [] and alone.trace["served_by"] == {"llama-3-8b": 3}
+    assert alone.stats["rows"] == 3 and "Warning:" not in to_markdown(alone)
 
 
 def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):

@@ -74,6 +74,15 @@ def cmd_ingest(args) -> None:
     _emit(args, obj, human)
 
 
+def cmd_split(args) -> None:
+    from planner.traces.split import split_by_model
+
+    result = split_by_model(store.open_store(args.db, create=False), args.trace, args.model, name=args.name)
+    _emit(args, result.as_dict(), f"{'already stored as' if result.duplicate_of else 'stored'} {result.name} "
+                                  f"({result.trace_id}): {result.rows:,} rows, {result.failed:,} failed; "
+                                  + result.notes[0])
+
+
 def cmd_traces(args) -> None:
     # listing creates no store: where none is, there are no traces
     traces = store.list_traces(store.open_store(args.db)) if store.store_path(args.db).exists() else []
@@ -205,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-header", action="store_true", help="the CSV has no header row (columns column0, …)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_ingest)
+
+    p = command("split", "store one server's requests of a trace whose model column names several as a trace of "
+                         "their own")
+    p.add_argument("trace", help="trace id or name")
+    p.add_argument("--model", required=True, help="the model whose requests to keep, as the trace's model column "
+                                                  "writes it")
+    p.add_argument("--name", help="the new trace's name (default: TRACE-MODEL)")
+    p.set_defaults(func=cmd_split)
 
     p = command("traces", "list stored traces")
     p.set_defaults(func=cmd_traces)

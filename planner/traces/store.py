@@ -279,7 +279,8 @@ def may_hold_bytes(con: duckdb.DuckDBPyConnection, size: int) -> bool:
 
 
 def content_hash(con: duckdb.DuckDBPyConnection, trace_id: str) -> str:
-    """SHA-256 of the bytes a trace was ingested from."""
+    """SHA-256 of the bytes a trace was ingested from (a split's: of those bytes and the model it keeps,
+    :func:`planner.traces.split.split_hash`)."""
     row = con.cursor().execute("SELECT content_sha256 FROM traces WHERE trace_id = $t", {"t": trace_id}).fetchone()
     if row is None:
         raise PlannerError(f"no trace with id {trace_id!r}")

@@ -212,9 +212,10 @@ def several_servers(served: dict[str, int], model: ModelSpec) -> str | None:
     plan replays them all on one ``model`` server; None where they name one model or none."""
     if len(served) < 2:
         return None
+    own = next((name for name in served if names_model(name, model)), "NAME")
     return (f"the trace's requests were served by {len(served)} models ({_listed(served)}), and all of them are "
             f"replayed on one {model.name} server: the plan sizes that server for their sum; to plan one server, "
-            "ingest its requests alone (simulate --trace-model NAME replays one server's)")
+            f"split its requests off as a trace of their own (`split TRACE --model {own}`, or the Traces page)")
 
 
 def replayed_as_another(trace_model: str, model: ModelSpec) -> str:

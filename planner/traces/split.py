@@ -1,0 +1,119 @@
+"""One server's requests split off a stored trace that holds several servers' traffic, as a trace of its own.
+
+A log whose ``model`` column names several models is several servers' traffic; every view of it (statistics, fits,
+prefix reuse, replays, recommendations, reports) describes their sum. Its split holds the requests one model
+served, failed ones included, with the source rows' numbers and its arrivals counted from its own first request,
+so each of those views describes that one server. It is stored like an ingest (one transaction, a name of its own,
+in the owner's workspace) and identified by its source's content hash and the model, so splitting the same model
+off the same bytes again finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import duckdb
+
+from planner.errors import PlannerError
+from planner.traces import store
+from planner.traces.ingest import IngestResult, result_from_trace
+
+
+def model_counts(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, int]:
+    """Rows per model the trace's ``model`` column names (failed ones included), most first; empty where the
+    trace has no such column or names no model."""
+    rel = con.cursor().sql(f"SELECT model, count(*) AS n FROM {store.requests_view(trace_id)} WHERE model IS NOT NULL "
+                           "GROUP BY model ORDER BY n DESC, model")
+    return dict(rel.fetchall())
+
+
+def split_hash(parent_sha256: str, model: str) -> str:
+    """The content hash a split is stored under: its source's bytes and the model whose requests it keeps."""
+    return hashlib.sha256(f"{parent_sha256}\nmodel={model}".encode()).hexdigest()
+
+
+def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *, name: str | None = None,
+                   owner: str | None = None) -> IngestResult:
+    """Store the requests of ``trace_ref`` that its ``model`` column says ``model`` served as a trace of their own.
+
+    Parameters
+    ----------
+    trace_ref : str
+        The stored trace's id or name.
+    model : str
+        A model as the trace's ``model`` column writes it.
+    name : str, optional
+        The new trace's name; default ``<trace>-<model>`` (the model's last path part), made unique.
+    owner : str, optional
+        The signed-in user whose workspace lists the split.
+
+    Returns
+    -------
+    IngestResult
+        The split; where the same model was split off the same bytes before, that trace with ``duplicate_of`` set.
+
+    Raises
+    ------
+    PlannerError
+        For a summary (it counts requests, not who served them), a trace naming fewer than two models (nothing to
+        split) or a model the trace does not name (the message lists those it names).
+    """
+    if name is not None and not name.strip():
+        raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
+    info = store.get_trace(con, trace_ref)
+    if info.layout == "summary":
+        raise PlannerError(f"summary {info.name!r} counts requests, not which model served each: there is nothing "
+                           "to split; split the log before summarising it")
+    counts = model_counts(con, info.trace_id)
+    listed = ", ".join(f"{m} ({n:,} rows)" for m, n in counts.items())
+    if model not in counts:
+        raise PlannerError(f"--model {model!r}: trace {info.name!r} names no such model; expected one of the models "
+                           f"its model column names: {listed or 'none (it has no model column)'}")
+    if len(counts) < 2:
+        raise PlannerError(f"trace {info.name!r} names one model ({listed}): its requests are one server's already; "
+                           "expected a trace whose model column names several")
+    sha = split_hash(store.content_hash(con, info.trace_id), model)
+    existing = store.find_by_hash(con, sha)
+    if existing is not None:
+        store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
+        return result_from_trace(existing, existing.trace_id)
+    trace_id = sha[:16]
+    source = store.requests_view(info.trace_id)
+    others = sum(counts.values()) - counts[model]
+    unnamed = info.rows - sum(counts.values())
+    note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says {model} "
+            f"served, numbered as there; {others:,} rows of other models"
+            + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
+    with store.WRITE_LOCK:
+        cur = con.cursor()
+        cur.execute("BEGIN")
+        try:
+            columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
+            t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
+            # arrivals from the split's own first request, as an ingest counts them from the trace's
+            cur.execute(f"CREATE TABLE {store.requests_data_table(trace_id)} AS SELECT \"row\", arrival - $t0 AS "
+                        f"arrival, {', '.join(map(store.quote_ident, columns))} FROM {source} WHERE model = $m "
+                        "ORDER BY \"row\"", {"m": model, "t0": t0})
+            cur.execute(f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT * FROM "
+                        f"{store.requests_data_table(trace_id)}")
+            rows, failed = cur.execute(f"SELECT count(*), count(*) FILTER (failed) FROM "
+                                       f"{store.requests_data_table(trace_id)}").fetchone()
+            stem = model.rstrip("/").rsplit("/", 1)[-1] or model
+            cur.execute("INSERT INTO trace_files SELECT $id, idx, path, bytes, first_row, source_rows FROM trace_files "
+                        "WHERE trace_id = $p", {"id": trace_id, "p": info.trace_id})
+            cur.execute(
+                "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
+                "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
+                "start_epoch_s, notes, created, files, source_bytes) SELECT $id, $name, source_file, $sha, format, "
+                "compression, layout, mapping, units, dialect, $rows, 0, $failed, has_timestamps, time_kind, "
+                "timestamp_resolution_s, start_epoch_s + $t0, $notes, now()::TIMESTAMP, files, source_bytes "
+                "FROM traces WHERE trace_id = $p",
+                {"id": trace_id, "name": store.unique_name(cur, name or f"{info.name}-{stem}"), "sha": sha,
+                 "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps([note]), "p": info.trace_id})
+            store.link_owner(cur, trace_id, owner)
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+    return result_from_trace(store.get_trace(con, trace_id), None)
