@@ -386,10 +386,9 @@ def _check_cost(cost: CostParams) -> None:
     :data:`planner.sim.cost_model.PARAM_RANGES`."""
     for name, (lo, hi) in PARAM_RANGES.items():
         value = getattr(cost, name)
-        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s"):
+        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s", "roofline_p"):
             continue            # the GPU's, the engine's
         if not _real(value) or not math.isfinite(value) or not lo <= value <= hi:
-            what = "seconds" if name.endswith("_s") else "a fraction of the peak"
+            what = ("seconds" if name.endswith("_s") else "a knee's sharpness" if name == "roofline_p"
+                    else "a fraction of the peak")
             raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected {what} in [{lo:g}, {hi:g}]")
-    if cost.roofline_p is not None and (not _real(cost.roofline_p) or not cost.roofline_p >= 1):
-        raise PlannerError(f"cost model roofline_p {cost.roofline_p!r} ({cost.source}): expected at least 1")

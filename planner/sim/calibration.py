@@ -28,13 +28,21 @@ if TYPE_CHECKING:
 
 POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
 _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
+# The roofline's knee too, where the rows are enough to cross-validate a fit that sets it (a distinct step to leave
+# out beyond the five parameters): how sharply steps near the ridge turn from memory- to compute-bound is the GEMM
+# library's and the runtime's (the early-2024 vLLM V0 of bench/calibrate_points.py fits 1.33, near the two bounds
+# added, where the A100's vLLM 0.14 GEMMs give 8); with fewer rows it stays the server's.
+KNEE = "roofline_p"
+# the knees a fit also starts from, besides the scenario's: least squares from one side of the ridge's curvature
+# can stop on a ledge of the other (from 8, the bench's six stopped at p = 58, MAPE 2.3%; from 2 they reach 1.1%)
+_KNEE_STARTS = (2.0, 64.0)
 TRACE_PARAMS = ("mfu", "mbu")
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 NUDGE, WEAK = 0.1, 0.01
 CV_FOLDS = 10            # calibrate --points: each row predicted by a fit without it (leave-one-out up to 10 rows)
-# what each fit's report names as its source, and the parameters it fits (calibration files before the fitted
-# names were recorded are read by it); the parameters a scenario leaves to its GPU and engine (None)
-FIT_SOURCES = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": TRACE_PARAMS}
+# calibration files written before the fitted names were recorded, by the source their fit's report names: what
+# that fit set, and what it froze at the measured GPU's and engine's values, which a scenario now leaves to its own
+LEGACY_FITTED = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": TRACE_PARAMS}
 LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
 # a fit still this far off (median |error| of its own data) is refused: the data are not the scenario's server's
 # (the bench's six DistServe rows fit at 1.7%, the bundled sample's llama-3-8b TTFT/TPOT at 3.4%; step_ms or
@@ -112,21 +120,35 @@ def with_values(params: CostParams, names: tuple[str, ...], values: np.ndarray) 
     return replace(params, **{k: float(v) for k, v in zip(names, values, strict=True)})
 
 
-def _solve(scenario: Scenario, aggs: list[tuple[float, ...]], measured: np.ndarray):
-    """The least-squares fit of :data:`_POINT_PARAMS` to these rows, from the scenario's cost model."""
+def point_params(distinct_steps: int) -> tuple[str, ...]:
+    """The parameters ``calibrate --points`` fits to rows timing ``distinct_steps`` distinct steps: MFU, MBU and the
+    overheads, and the knee (:data:`KNEE`) where one step more than those five is left to cross-validate it."""
+    return (*_POINT_PARAMS, KNEE) if distinct_steps >= len(_POINT_PARAMS) + 2 else _POINT_PARAMS
+
+
+def _solve(scenario: Scenario, aggs: list[tuple[float, ...]], measured: np.ndarray, names: tuple[str, ...]):
+    """The least-squares fit of ``names`` to these rows, from the scenario's cost model (and, where the knee is
+    fitted, from it with each knee of :data:`_KNEE_STARTS`): the fit with the least loss."""
     start = scenario.cost.resolved(scenario)
 
     def residuals(vec):
-        c = coefficients(scenario.replace(cost=with_values(start, _POINT_PARAMS, vec))).as_tuple()
+        c = coefficients(scenario.replace(cost=with_values(start, names, vec))).as_tuple()
         return np.array([step_seconds.py_func(c, *a)[0] * 1e3 for a in aggs]) / measured - 1
 
-    lo, hi = zip(*(PARAM_RANGES[k] for k in _POINT_PARAMS), strict=True)
-    x0 = np.clip([getattr(start, k) for k in _POINT_PARAMS], lo, hi)
-    return optimize.least_squares(residuals, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-6))
+    lo, hi = zip(*(PARAM_RANGES[k] for k in names), strict=True)
+    x0 = np.clip([getattr(start, k) for k in names], lo, hi)
+    starts = [x0]
+    if KNEE in names:
+        knee = names.index(KNEE)
+        starts += [np.where(np.arange(x0.size) == knee, p, x0) for p in _KNEE_STARTS if p != x0[knee]]
+    fits = [optimize.least_squares(residuals, x, bounds=(lo, hi), x_scale=np.maximum(np.abs(x), 1e-6))
+            for x in starts]
+    return min(fits, key=lambda fit: fit.cost)
 
 
-def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
-    """Least-squares fit of MFU, MBU and the overheads to measured step times (relative residuals), starting from
+def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] | None = None) -> dict:
+    """Least-squares fit of MFU, MBU and the overheads (and the knee, where the rows allow:
+    :func:`point_params`; or the parameters ``names``) to measured step times (relative residuals), starting from
     the scenario's cost model; its model, GPU, TP and dtypes are the measured server's. The report adds
     ``cross_validated``: each row predicted by a fit that did not see it (:data:`CV_FOLDS`), the error to expect
     on iterations like these but not among them, and a warning when it is far above the in-sample error."""
@@ -139,36 +161,37 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame) -> dict:
                            "raise --max-model-len to the measured server's")
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
-    fit = _solve(scenario, aggs, measured)
-    params = with_values(scenario.cost, _POINT_PARAMS, fit.x)
+    steps = _steps(frame)
+    names = names or point_params(int(steps.max()) + 1)
+    fit = _solve(scenario, aggs, measured, names)
+    params = with_values(scenario.cost, names, fit.x)
     predicted = predict_points(scenario.replace(cost=params), frame)
     in_sample = float(np.median(np.abs(predicted / measured - 1)))
     check_followed(in_sample, lambda: float(np.median(measured / predict_points(scenario, frame))),
                    "these --points step times", "step_ms in milliseconds, timed on the scenario's server (model, "
                    "GPU, TP, dtypes)")
-    report = fit_report(params, measured, predicted, "iterations")
+    report = fit_report(params, measured, predicted, "iterations", names)
     # residuals are relative, so the Jacobian times a 10% step is each row's relative change
-    moves = {name: float(np.max(np.abs(fit.jac[:, j] * NUDGE * fit.x[j]))) for j, name in enumerate(_POINT_PARAMS)}
+    moves = {name: float(np.max(np.abs(fit.jac[:, j] * NUDGE * fit.x[j]))) for j, name in enumerate(names)}
     remedy = ("rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small steps for the "
-              "overheads)")
-    floored = _at_zero(fit, params)
-    report["warnings"] = [*_absent_kinds(frame), *at_bound(params, _POINT_PARAMS), *floored.values(),
+              "overheads, batches on both sides of the ridge for the knee)")
+    floored = _at_zero(fit, params, names)
+    report["warnings"] = [*_absent_kinds(frame), *at_bound(params, names), *floored.values(),
                           *weak({k: v for k, v in moves.items() if k not in floored}, "step times", remedy),
-                          *_traded_off(fit, [j for j, name in enumerate(_POINT_PARAMS) if moves[name] >= WEAK])]
-    steps = _steps(frame)
-    report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps)
+                          *_traded_off(fit, names, [j for j, name in enumerate(names) if moves[name] >= WEAK])]
+    report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps, names)
     cv = report["cross_validated"]
     if cv is None:
         report["warnings"].append(f"{steps.max() + 1} distinct steps are too few to predict any of them from a fit "
-                                  f"without it ({len(_POINT_PARAMS)} parameters need at least "
-                                  f"{len(_POINT_PARAMS) + 1}): its error off these rows is unknown")
+                                  f"without it ({len(names)} parameters need at least {len(names) + 1}): its "
+                                  "error off these rows is unknown")
     elif overfitted(cv["median_abs_error"], in_sample):
         report["warnings"].append(
             f"a row the fit did not see is predicted at {cv['median_abs_error']:.1%} median error (worst "
             f"{cv['worst_abs_error']:.1%}), against a median of {in_sample:.1%} on the rows it fitted: the cost "
             "model follows these rows more closely than it predicts others; expect errors of the cross-validated "
             "size, and add rows nearer the steps you will predict")
-    report["warnings"] += inherited(scenario, _POINT_PARAMS)
+    report["warnings"] += inherited(scenario, names)
     return report
 
 
@@ -193,20 +216,20 @@ def check_followed(miss: float, scale: Callable[[], float], measured: str, expec
 
 
 def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measured: np.ndarray,
-                     steps: np.ndarray) -> dict | None:
+                     steps: np.ndarray, names: tuple[str, ...]) -> dict | None:
     """Each row predicted by a fit on the others: steps i, i + k, i + 2k, ... left out together (leave-one-out up
     to :data:`CV_FOLDS` steps), a step's repeats with it, so no row is predicted by a fit that saw its copy; None
     where a fold would leave fewer distinct steps than parameters."""
     distinct = int(steps.max()) + 1
     folds = min(distinct, CV_FOLDS)
-    if distinct - -(-distinct // folds) < len(_POINT_PARAMS):
+    if distinct - -(-distinct // folds) < len(names):
         return None
     fold = steps % folds
     held = np.empty(len(aggs))
     for k in range(folds):
         rest = fold != k
-        fitted = with_values(scenario.cost, _POINT_PARAMS, _solve(scenario, [a for a, r in zip(aggs, rest) if r],
-                                                            measured[rest]).x)
+        fitted = with_values(scenario.cost, names, _solve(scenario, [a for a, r in zip(aggs, rest) if r],
+                                                    measured[rest], names).x)
         held[~rest] = predict_points(scenario.replace(cost=fitted), frame.filter(pl.Series(~rest)))
     rel = held / measured - 1
     return {"folds": folds, "median_abs_error": float(np.median(np.abs(rel))),
@@ -223,12 +246,12 @@ def _absent_kinds(frame: pl.DataFrame) -> list[str]:
             if not (frame[column] > 0).any()]
 
 
-def _at_zero(fit, params: CostParams) -> dict[str, str]:
+def _at_zero(fit, params: CostParams, names: tuple[str, ...]) -> dict[str, str]:
     """The fitted parameters whose range starts at 0 (the overheads) and that ended there, each with a warning
     naming the value the rows would notice (one that moves some step time by ``WEAK``): a relative 10% probe
     says nothing about a value of ~0, but the rows still bound it from above."""
     out = {}
-    for j, name in enumerate(_POINT_PARAMS):
+    for j, name in enumerate(names):
         slope = float(np.max(np.abs(fit.jac[:, j])))        # relative change of the most sensitive row per unit
         if PARAM_RANGES[name][0] == 0 and slope > 0 and fit.x[j] < 0.01 * WEAK / slope:
             out[name] = (f"{name} fitted to {getattr(params, name):.3g}, indistinguishable from 0 (the bottom of its "
@@ -237,9 +260,10 @@ def _at_zero(fit, params: CostParams) -> dict[str, str]:
     return out
 
 
-def _traded_off(fit, columns: list[int]) -> list[str]:
-    """A warning where the parameters at ``columns`` (each constrained on its own) trade off: some combination of
-    changes of up to 10% each moves no fitted step time by ``WEAK``, so the data fix their mix, not each one."""
+def _traded_off(fit, names: tuple[str, ...], columns: list[int]) -> list[str]:
+    """A warning where the fitted parameters (``names``) at ``columns`` (each constrained on its own) trade off:
+    some combination of changes of up to 10% each moves no fitted step time by ``WEAK``, so the data fix their mix,
+    not each one."""
     if len(columns) < 2:
         return []
     scaled = fit.jac[:, columns] * NUDGE * fit.x[columns]        # each row's relative move per 10% change
@@ -248,10 +272,10 @@ def _traded_off(fit, columns: list[int]) -> list[str]:
     if move >= WEAK:
         return []
     # those with a fifth of the combination or more (one alone would have moved the rows by itself)
-    names = [_POINT_PARAMS[j] for j, w in zip(columns, weakest, strict=True) if abs(w) >= 0.2]
-    if len(names) < 2:
+    traded = [names[j] for j, w in zip(columns, weakest, strict=True) if abs(w) >= 0.2]
+    if len(traded) < 2:
         return []
-    return [f"{' and '.join(names)} trade off: changed together (by up to 10% each) they move no predicted step "
+    return [f"{' and '.join(traded)} trade off: changed together (by up to 10% each) they move no predicted step "
             f"time by more than {move:.2%}, so these rows fix their mix, not each value; add rows that load them "
             "differently (prefills and decode batches of several sizes)"]
 
@@ -271,9 +295,10 @@ def inherited(scenario: Scenario, fitted: tuple[str, ...]) -> list[str]:
 
 
 def at_bound(params: CostParams, names: tuple[str, ...]) -> list[str]:
-    """A warning per fitted parameter that ended on a bound of its range: the model could not follow the data."""
+    """A warning per fitted parameter that ended on a bound of its range: the model could not follow the data. Not
+    the knee: its ends are the roofline's two limiting shapes (the bounds added, their max), each a fit it can make."""
     out = []
-    for name in names:
+    for name in (n for n in names if n != KNEE):
         value, (lo, hi) = getattr(params, name), PARAM_RANGES[name]
         if value >= hi * 0.99 or (lo > 0 and value <= lo * 1.01):
             out.append(f"{name} ended at {value:.4g}, the {'top' if value >= hi * 0.99 else 'bottom'} of its range "
@@ -289,13 +314,14 @@ def weak(moves: dict[str, float], what: str, remedy: str) -> list[str]:
             for name, move in moves.items() if move < WEAK]
 
 
-def fit_report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str) -> dict:
-    """A fit's report: the parameters (those ``source``'s fit sets, per :data:`FIT_SOURCES`, named in
-    ``fitted``) and its in-sample residuals."""
+def fit_report(params: CostParams, measured: np.ndarray, predicted: np.ndarray, source: str,
+               fitted: tuple[str, ...]) -> dict:
+    """A fit's report: the parameters (those the fit set named in ``fitted``), its ``source`` ("iterations" or
+    "trace TTFT/TPOT quantiles") and its in-sample residuals."""
     rel = predicted / measured - 1
     # what the scenario left to its GPU and engine (None) stays so, and follows the server the file is applied to
     return {"params": {k: v for k, v in params.as_dict().items() if k not in ("source", "fitted_on")},
-            "fitted": list(FIT_SOURCES[source]), "source": source,
+            "fitted": list(fitted), "source": source,
             "mape": float(np.mean(np.abs(rel))), "max_abs_error": float(np.max(np.abs(rel))),
             "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
                           for m, p, r in zip(measured, predicted, rel, strict=True)]}

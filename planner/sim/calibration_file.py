@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from planner.errors import PlannerError
 from planner.jsonable import clean
 from planner.output_files import write_atomically
-from planner.sim.calibration import FIT_SOURCES, LEFT_TO_THE_SERVER
+from planner.sim.calibration import LEFT_TO_THE_SERVER, LEGACY_FITTED
 from planner.sim.cost_model import CostParams, FittedOn
 
 if TYPE_CHECKING:
@@ -44,10 +44,10 @@ def params_from_json(text: str, name: str) -> CostParams:
             raise ValueError("expected a JSON object whose 'params' is an object of cost-model parameters")
         params = dict(data["params"])
         fitted = data.get("fitted")
-        if fitted is None and data.get("source") in FIT_SOURCES:
+        if fitted is None and data.get("source") in LEGACY_FITTED:
             # written before the fitted names were recorded: it froze the measured GPU's and engine's own values
             # of what it did not fit, which are released to follow the server it is applied to
-            fitted = list(FIT_SOURCES[data["source"]])
+            fitted = list(LEGACY_FITTED[data["source"]])
             params.update(dict.fromkeys(LEFT_TO_THE_SERVER))
         names = set(CostParams.__dataclass_fields__) - {"source", "fitted_on"}
         unknown = sorted(set(params) - names)

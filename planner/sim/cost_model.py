@@ -76,8 +76,9 @@ def _same_precision(fitted: str | None, applied: str) -> bool:
 # is broken, not slow. The overheads' ceilings are rails against a unit slip, not measurements: 50 ms per step
 # (330x the default 150 µs), 1 ms per sequence (250x BLIS's 4 µs), 1 ms per all-reduce (40x an eager NCCL call's
 # 25 µs), 50 ms per TP step (7x vLLM V0's Ray hand-over), 1 ms per piecewise layer (60x the default), 1 s of
-# frontend per request (170x the default 6 ms).
-PARAM_RANGES = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "link_efficiency": (0.01, 1.0),
+# frontend per request (170x the default 6 ms). The knee runs from 1 (the two bounds added) to 64 (their max, as
+# _busy takes any p from 64 up).
+PARAM_RANGES = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "link_efficiency": (0.01, 1.0), "roofline_p": (1.0, 64.0),
                 "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3), "allreduce_latency_s": (0.0, 1e-3),
                 "tp_step_overhead_s": (0.0, 0.05), "piecewise_layer_s": (0.0, 1e-3), "frontend_s": (0.0, 1.0)}
 
@@ -131,7 +132,8 @@ class CostParams:
         GPU's (:attr:`planner.catalog.gpus.GPU.roofline_p`), the p whose ramp from 1 to 16-512 tokens matches its
         family's measured GEMMs at its default MFU and MBU: A100 8 (Vidur's Llama-3-8B ``mlp_up_proj`` at 128
         tokens takes 1.30x its 1-token time; 8 gives 1.26x, 2 gives 1.59x), H100 SXM 4, H200 64, L40S 2; 2 on a
-        GPU whose GEMMs were not measured, the smoothest, so it errs slow near the ridge.
+        GPU whose GEMMs were not measured, the smoothest, so it errs slow near the ridge. ``calibrate --points``
+        fits it where six or more distinct steps allow (:func:`planner.sim.calibration.point_params`).
     source : str
         Where the values come from (defaults, or the calibration file).
     fitted_on : FittedOn or None
@@ -176,7 +178,7 @@ class CostParams:
             out.append(f"the calibration was fitted at TP {on.tp} and is applied at TP {scenario.tp}: what tensor "
                        "parallelism changes (all-reduces, handing each step to the other ranks, narrower GEMMs) "
                        "was not measured, so those terms are defaults (calibrated on six TP 1 iterations of "
-                       "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to 28%: "
+                       "DistServe's A100 profiles, the planner misses their TP 2 and TP 4 steps by up to 32%: "
                        "bench/calibrate_points.py); calibrate on iterations or a trace measured at this TP")
         for what, was, now, why in (
                 ("weights", on.weight_dtype, scenario.weight_dtype, "an 8-bit checkpoint's GEMMs reach their own "

@@ -230,7 +230,7 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
     measured = np.concatenate([want for _, want in targets]) * 1e3
     predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
-    report = fit_report(params, measured, predicted, "trace TTFT/TPOT quantiles")
+    report = fit_report(params, measured, predicted, "trace TTFT/TPOT quantiles", TRACE_PARAMS)
     quantiles = [(name.upper(), round(float(q), 2)) for name, _ in targets for q in _TRACE_QUANTILES]
     for residual, (metric, q) in zip(report["residuals"], quantiles, strict=True):
         residual.update(metric=metric, quantile=q)          # which of the fitted quantiles each row is
