@@ -85,35 +85,28 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
     note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says {model} "
             f"served, numbered as there; {others:,} rows of other models"
             + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
-    with store.WRITE_LOCK:
-        cur = con.cursor()
-        cur.execute("BEGIN")
-        try:
-            columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
-            t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
-            # arrivals from the split's own first request, as an ingest counts them from the trace's
-            cur.execute(f"CREATE TABLE {store.requests_data_table(trace_id)} AS SELECT \"row\", arrival - $t0 AS "
-                        f"arrival, {', '.join(map(store.quote_ident, columns))} FROM {source} WHERE model = $m "
-                        "ORDER BY \"row\"", {"m": model, "t0": t0})
-            cur.execute(f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT * FROM "
-                        f"{store.requests_data_table(trace_id)}")
-            rows, failed = cur.execute(f"SELECT count(*), count(*) FILTER (failed) FROM "
-                                       f"{store.requests_data_table(trace_id)}").fetchone()
-            stem = model.rstrip("/").rsplit("/", 1)[-1] or model
-            cur.execute("INSERT INTO trace_files SELECT $id, idx, path, bytes, first_row, source_rows FROM trace_files "
-                        "WHERE trace_id = $p", {"id": trace_id, "p": info.trace_id})
-            cur.execute(
-                "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
-                "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
-                "start_epoch_s, notes, created, files, source_bytes) SELECT $id, $name, source_file, $sha, format, "
-                "compression, layout, mapping, units, dialect, $rows, 0, $failed, has_timestamps, time_kind, "
-                "timestamp_resolution_s, start_epoch_s + $t0, $notes, now()::TIMESTAMP, files, source_bytes "
-                "FROM traces WHERE trace_id = $p",
-                {"id": trace_id, "name": store.unique_name(cur, name or f"{info.name}-{stem}"), "sha": sha,
-                 "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps([note]), "p": info.trace_id})
-            store.link_owner(cur, trace_id, owner)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    with store.transaction(con) as cur:
+        columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
+        t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
+        # arrivals from the split's own first request, as an ingest counts them from the trace's
+        cur.execute(f"CREATE TABLE {store.requests_data_table(trace_id)} AS SELECT \"row\", arrival - $t0 AS "
+                    f"arrival, {', '.join(map(store.quote_ident, columns))} FROM {source} WHERE model = $m "
+                    "ORDER BY \"row\"", {"m": model, "t0": t0})
+        cur.execute(f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT * FROM "
+                    f"{store.requests_data_table(trace_id)}")
+        rows, failed = cur.execute(f"SELECT count(*), count(*) FILTER (failed) FROM "
+                                   f"{store.requests_data_table(trace_id)}").fetchone()
+        stem = model.rstrip("/").rsplit("/", 1)[-1] or model
+        cur.execute("INSERT INTO trace_files SELECT $id, idx, path, bytes, first_row, source_rows FROM trace_files "
+                    "WHERE trace_id = $p", {"id": trace_id, "p": info.trace_id})
+        cur.execute(
+            "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
+            "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
+            "start_epoch_s, notes, created, files, source_bytes) SELECT $id, $name, source_file, $sha, format, "
+            "compression, layout, mapping, units, dialect, $rows, 0, $failed, has_timestamps, time_kind, "
+            "timestamp_resolution_s, start_epoch_s + $t0, $notes, now()::TIMESTAMP, files, source_bytes "
+            "FROM traces WHERE trace_id = $p",
+            {"id": trace_id, "name": store.unique_name(cur, name or f"{info.name}-{stem}"), "sha": sha,
+             "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps([note]), "p": info.trace_id})
+        store.link_owner(cur, trace_id, owner)
     return result_from_trace(store.get_trace(con, trace_id), None)

@@ -12,6 +12,8 @@ import io
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +86,22 @@ DEFAULT_DUCKDB_MEMORY = "2GB"
 # Writes are serialized within the process (the app is one process with one connection): concurrent uploads
 # from several sessions then never race on a name or a duplicate check, and each lands whole.
 WRITE_LOCK = threading.RLock()
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor of ``con`` in one write transaction, under :data:`WRITE_LOCK`: committed when the block ends
+    (a ``return`` inside it included), rolled back when it raises (Streamlit's rerun and stop signals too), so the
+    store holds all of the block's writes or none."""
+    with WRITE_LOCK:
+        cur = con.cursor()
+        cur.execute("BEGIN")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
 
 def default_db_path() -> Path:
     """Return the store path: ``$PLANNER_DB`` if set, else ``traces.duckdb`` in the user's data directory."""
@@ -352,25 +370,17 @@ def remove_trace(con: duckdb.DuckDBPyConnection, trace_id: str, owner: str | Non
     PlannerError
         When the trace is not in ``owner``'s workspace (shared traces are not theirs to remove).
     """
-    with WRITE_LOCK:
-        cur = con.cursor()
-        cur.execute("BEGIN")
-        try:
-            if owner is not None:
-                linked = cur.execute("DELETE FROM workspace_traces WHERE owner = $o AND trace_id = $t RETURNING 1",
-                                     {"o": owner, "t": trace_id}).fetchall()
-                if not linked:
-                    raise PlannerError(f"trace {trace_id!r} is not in your workspace; nothing was removed")
-                others = cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t",
-                                     {"t": trace_id}).fetchone()[0]
-                if others:
-                    cur.execute("COMMIT")
-                    return
-            _drop_trace(cur, trace_id)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    with transaction(con) as cur:
+        if owner is not None:
+            linked = cur.execute("DELETE FROM workspace_traces WHERE owner = $o AND trace_id = $t RETURNING 1",
+                                 {"o": owner, "t": trace_id}).fetchall()
+            if not linked:
+                raise PlannerError(f"trace {trace_id!r} is not in your workspace; nothing was removed")
+            others = cur.execute("SELECT count(*) FROM workspace_traces WHERE trace_id = $t",
+                                 {"t": trace_id}).fetchone()[0]
+            if others:
+                return
+        _drop_trace(cur, trace_id)
 
 
 def _drop_trace(cur, trace_id: str) -> None:

@@ -110,37 +110,30 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
         store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
         return result_from_trace(existing, existing.trace_id)
     trace_id = sha[:16]
-    cur = con.cursor()
-    with store.WRITE_LOCK:
-        cur.execute("BEGIN")
-        try:
-            sources = {}
-            for table in TABLES:
-                if table.name in found:
-                    sources[table.name] = _load(cur, trace_id, table, found[table.name])
-            requests = cur.execute(f"SELECT coalesce(sum(requests), 0) FROM {summary_table(trace_id, 'length_counts')} "
-                                   "WHERE field = 'input_tokens'").fetchone()[0]
-            if not requests:
-                raise PlannerError(f"{folder}: length_counts counts no input_tokens; expected the requests' input "
-                                   "lengths")
-            timed = "arrival_counts" in found
-            notes = [f"a summary ({', '.join(found)}) of {requests:,} requests, read from {len(paths):,} files: "
-                     "lengths and rates are exact, inter-arrival gaps and request-level latencies are not kept"]
-            cur.execute(
-                "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
-                "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
-                "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, 'none', $layout, '{}', "
-                "$units, NULL, $rows, 0, 0, $timed, $kind, $res, NULL, $notes, now()::TIMESTAMP, $files)",
-                {"id": trace_id, "name": store.unique_name(cur, name or folder.resolve().name), "src": str(folder),
-                 "sha": sha, "fmt": sources["length_counts"], "layout": SUMMARY_LAYOUT,
-                 "units": json.dumps({"arrival": "relative_s"} if timed else {}), "rows": int(requests),
-                 "timed": timed, "kind": "relative_s" if timed else None, "res": 1.0 if timed else None,
-                 "notes": json.dumps(notes), "files": len(paths)})
-            store.link_owner(cur, trace_id, owner)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    with store.transaction(con) as cur:
+        sources = {}
+        for table in TABLES:
+            if table.name in found:
+                sources[table.name] = _load(cur, trace_id, table, found[table.name])
+        requests = cur.execute(f"SELECT coalesce(sum(requests), 0) FROM {summary_table(trace_id, 'length_counts')} "
+                               "WHERE field = 'input_tokens'").fetchone()[0]
+        if not requests:
+            raise PlannerError(f"{folder}: length_counts counts no input_tokens; expected the requests' input "
+                               "lengths")
+        timed = "arrival_counts" in found
+        notes = [f"a summary ({', '.join(found)}) of {requests:,} requests, read from {len(paths):,} files: "
+                 "lengths and rates are exact, inter-arrival gaps and request-level latencies are not kept"]
+        cur.execute(
+            "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
+            "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
+            "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, 'none', $layout, '{}', "
+            "$units, NULL, $rows, 0, 0, $timed, $kind, $res, NULL, $notes, now()::TIMESTAMP, $files)",
+            {"id": trace_id, "name": store.unique_name(cur, name or folder.resolve().name), "src": str(folder),
+             "sha": sha, "fmt": sources["length_counts"], "layout": SUMMARY_LAYOUT,
+             "units": json.dumps({"arrival": "relative_s"} if timed else {}), "rows": int(requests),
+             "timed": timed, "kind": "relative_s" if timed else None, "res": 1.0 if timed else None,
+             "notes": json.dumps(notes), "files": len(paths)})
+        store.link_owner(cur, trace_id, owner)
     return result_from_trace(store.get_trace(con, trace_id), None)
 
 
