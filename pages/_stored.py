@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
+from pages._progress import with_progress
 from pages._shared import connection
 from planner.errors import PlannerError
 from planner.traces import store
@@ -71,10 +72,11 @@ def split_section(traces: list[store.TraceInfo], owner: str | None) -> None:
         model = st.selectbox("Served by", list(counts), format_func=lambda m: f"{m} ({counts[m]:,} rows)",
                              key="traces_split_model")
         if st.button("Split", key="traces_split"):
-            try:
-                result = split_by_model(connection(), source, model, owner=owner)
-            except PlannerError as exc:
-                st.error(str(exc))
+            result = with_progress(f"Splitting {model}'s rows off…", "Split failed: nothing was stored",
+                                   lambda show: split_by_model(connection(), source, model, owner=owner,
+                                                               on_progress=show),
+                                   lambda r: f"Stored as {r.name}")
+            if result is None:
                 return
             st.session_state["traces_said"] = (
                 f"{model}'s rows were split off before, as {result.name} ({result.trace_id}), now selected."

@@ -2,13 +2,12 @@
 
 import os
 import tempfile
-import threading
 from pathlib import Path
 
 import polars as pl
 import streamlit as st
-from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
+from pages._progress import with_progress
 from pages._shared import connection, rejects_csv, require_frame
 from pages._signin import workspace_owner
 from pages._stored import stored_traces
@@ -103,25 +102,13 @@ def upload_section(uploaded) -> None:
 
 def ingest_with_progress(path, **options) -> None:
     """Ingest with a progress bar in a status box; on success select the new trace, on failure say why."""
-    ctx = get_script_run_ctx()
-    with st.status("Ingesting…", expanded=True) as status:
-        bar = st.progress(0.0, text="starting")
-
-        def show(fraction: float, message: str) -> None:
-            if get_script_run_ctx() is None:  # DuckDB progress arrives on a worker thread
-                add_script_run_ctx(threading.current_thread(), ctx)
-            bar.progress(min(fraction, 1.0), text=message)
-
-        try:
-            result = ingest_file(connection(), path, on_progress=show, owner=owner, **options)
-        except PlannerError as exc:
-            status.update(label="Ingest failed: nothing was stored", state="error")
-            st.error(str(exc))
-            return
-        label = (f"Already stored as {result.name}" if result.duplicate_of
-                 else f"Stored {result.rows:,} rows as {result.name}"
-                 + (f" from {result.files:,} files" if result.files > 1 else ""))
-        status.update(label=label, state="complete")
+    result = with_progress(
+        "Ingesting…", "Ingest failed: nothing was stored",
+        lambda show: ingest_file(connection(), path, on_progress=show, owner=owner, **options),
+        lambda r: (f"Already stored as {r.name}" if r.duplicate_of else f"Stored {r.rows:,} rows as {r.name}"
+                   + (f" from {r.files:,} files" if r.files > 1 else "")))
+    if result is None:
+        return
     st.session_state["traces_last"] = result.trace_id
     st.session_state["pending_trace"] = result.name  # the sidebar picker switches on the next run
     st.rerun()

@@ -61,6 +61,18 @@ def test_splitting_again_finds_the_split_and_the_two_splits_make_the_whole(con):
     assert from_trace(con, "eight").n == 5921
 
 
+def test_a_split_says_how_far_it_is_and_a_refusal_says_nothing_first(con):
+    ensure_sample(con)
+    said = []
+    split_by_model(con, "sample_chat", "llama-3-8b", on_progress=lambda f, m: said.append((f, m)))
+    assert said[0] == (0.05, "copying 5,954 rows") and said[-1] == (1.0, "stored")
+    assert all(a[0] <= b[0] for a, b in zip(said, said[1:]))
+    said.clear()
+    with pytest.raises(PlannerError):
+        split_by_model(con, "sample_chat", "gpt-4", on_progress=lambda f, m: said.append((f, m)))
+    assert said == []
+
+
 def test_a_split_in_a_workspace_is_listed_there(con):
     ensure_sample(con)
     split = split_by_model(con, "sample_chat", "llama-3-8b", owner="ana@example.com")

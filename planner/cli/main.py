@@ -77,7 +77,8 @@ def cmd_ingest(args) -> None:
 def cmd_split(args) -> None:
     from planner.traces.split import split_by_model
 
-    result = split_by_model(store.open_store(args.db, create=False), args.trace, args.model, name=args.name)
+    result = split_by_model(store.open_store(args.db, create=False), args.trace, args.model, name=args.name,
+                            on_progress=_progress_printer(not args.quiet))
     _emit(args, result.as_dict(), f"{'already stored as' if result.duplicate_of else 'stored'} {result.name} "
                                   f"({result.trace_id}): {result.rows:,} rows, {result.failed:,} failed; "
                                   + result.notes[0])
@@ -221,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="the model whose requests to keep, as the trace's model column "
                                                   "writes it")
     p.add_argument("--name", help="the new trace's name (default: TRACE-MODEL)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_split)
 
     p = command("traces", "list stored traces")

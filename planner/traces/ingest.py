@@ -7,25 +7,22 @@ text and reason. Rows are parsed by DuckDB in one ``CREATE TABLE AS`` pass over 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import duckdb
 
 from planner.errors import PlannerError
-from planner.traces import store
+from planner.traces import query_progress, store
 from planner.traces.content_hash import ContentHash
 from planner.traces.files import FileSet, resolve_files
 from planner.traces.layouts import check_overrides, detect_mapping
 from planner.traces.parsing import OPTIONAL_FIELDS, plan_parse
+from planner.traces.query_progress import ProgressFn
 from planner.traces.row_numbers import FileRows, number_dropped, row_sql, structural_rejects
 from planner.traces.sources import FORMATS, Dialect, open_source, read_error
 from planner.traces.timestamps import seconds_sql
-
-ProgressFn = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
@@ -56,34 +53,6 @@ def result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> Ingest
     return IngestResult(info.trace_id, info.name, info.rows, info.rejected, info.failed, info.format,
                         info.mapping, info.units, info.has_timestamps, duplicate_of, info.layout, info.time_kind,
                         info.timestamp_resolution_s, info.notes, info.files)
-
-
-class _ProgressPoller:
-    """Report DuckDB's query progress for one long statement, from a background thread."""
-
-    def __init__(self, con, on_progress: ProgressFn | None, start: float, end: float, message: str):
-        self.con, self.on_progress, self.start, self.end, self.message = con, on_progress, start, end, message
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.25):
-            try:
-                pct = self.con.query_progress()
-            except Exception:  # progress is best effort: the query may have just finished
-                return
-            if pct is not None and pct >= 0:
-                self.on_progress(self.start + (self.end - self.start) * min(pct, 100.0) / 100.0, self.message)
-
-    def __enter__(self):
-        if self.on_progress:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
 
 
 def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
@@ -146,7 +115,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             report(1.0, "already stored")
             return result_from_trace(existing, existing.trace_id)
 
-    cur = store.progress_cursor(con)
+    cur = query_progress.progress_cursor(con)
     report(0.05, "detecting format")
     staging = f"ingest_{uuid.uuid4().hex[:12]}"
     source = open_source(cur, fileset.paths, fmt, dialect, rejects_name=staging)
@@ -162,7 +131,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     with store.WRITE_LOCK:      # one writer at a time: names stay unique, duplicates are seen
         cur.execute("BEGIN")
         try:
-            with _ProgressPoller(cur, on_progress, 0.1, 0.9, "parsing rows"):
+            with query_progress.QueryProgress(cur, on_progress, 0.1, 0.9, "parsing rows"):
                 cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
             sha = content.value()
             existing = store.find_by_hash(cur, sha)

@@ -16,8 +16,9 @@ import json
 import duckdb
 
 from planner.errors import PlannerError
-from planner.traces import store
+from planner.traces import query_progress, store
 from planner.traces.ingest import IngestResult, result_from_trace
+from planner.traces.query_progress import ProgressFn
 
 
 def model_counts(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, int]:
@@ -34,7 +35,7 @@ def split_hash(parent_sha256: str, model: str) -> str:
 
 
 def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *, name: str | None = None,
-                   owner: str | None = None) -> IngestResult:
+                   owner: str | None = None, on_progress: ProgressFn | None = None) -> IngestResult:
     """Store the requests of ``trace_ref`` that its ``model`` column says ``model`` served as a trace of their own.
 
     Parameters
@@ -47,6 +48,8 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         The new trace's name; default ``<trace>-<model>`` (the model's last path part), made unique.
     owner : str, optional
         The signed-in user whose workspace lists the split.
+    on_progress : callable, optional
+        Called with ``(fraction, message)`` as the split proceeds (DuckDB's progress while it copies the rows).
 
     Returns
     -------
@@ -85,13 +88,17 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
     note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says {model} "
             f"served, numbered as there; {others:,} rows of other models"
             + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
-    with store.transaction(con) as cur:
+    report = on_progress or (lambda f, m: None)
+    with store.transaction(con, progress=True) as cur:
         columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
         t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
-        # arrivals from the split's own first request, as an ingest counts them from the trace's
-        cur.execute(f"CREATE TABLE {store.requests_data_table(trace_id)} AS SELECT \"row\", arrival - $t0 AS "
-                    f"arrival, {', '.join(map(store.quote_ident, columns))} FROM {source} WHERE model = $m "
-                    "ORDER BY \"row\"", {"m": model, "t0": t0})
+        copying = f"copying {counts[model]:,} rows"
+        report(0.05, copying)
+        with query_progress.QueryProgress(cur, on_progress, 0.05, 0.95, copying):
+            # arrivals from the split's own first request, as an ingest counts them from the trace's
+            cur.execute(f"CREATE TABLE {store.requests_data_table(trace_id)} AS SELECT \"row\", arrival - $t0 AS "
+                        f"arrival, {', '.join(map(store.quote_ident, columns))} FROM {source} WHERE model = $m "
+                        "ORDER BY \"row\"", {"m": model, "t0": t0})
         cur.execute(f"CREATE VIEW {store.requests_view(trace_id)} AS SELECT * FROM "
                     f"{store.requests_data_table(trace_id)}")
         rows, failed = cur.execute(f"SELECT count(*), count(*) FILTER (failed) FROM "
@@ -109,4 +116,5 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
             {"id": trace_id, "name": store.unique_name(cur, name or f"{info.name}-{stem}"), "sha": sha,
              "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps([note]), "p": info.trace_id})
         store.link_owner(cur, trace_id, owner)
+    report(1.0, "stored")
     return result_from_trace(store.get_trace(con, trace_id), None)

@@ -21,6 +21,7 @@ import duckdb
 import platformdirs
 
 from planner.errors import PlannerError, first_line
+from planner.traces import query_progress
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -89,12 +90,13 @@ WRITE_LOCK = threading.RLock()
 
 
 @contextmanager
-def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A cursor of ``con`` in one write transaction, under :data:`WRITE_LOCK`: committed when the block ends
-    (a ``return`` inside it included), rolled back when it raises (Streamlit's rerun and stop signals too), so the
-    store holds all of the block's writes or none."""
+def transaction(con: duckdb.DuckDBPyConnection, progress: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor of ``con`` (a :func:`~planner.traces.query_progress.progress_cursor` where ``progress``) in one
+    write transaction, under
+    :data:`WRITE_LOCK`: committed when the block ends (a ``return`` inside it included), rolled back when it raises
+    (Streamlit's rerun and stop signals too), so the store holds all of the block's writes or none."""
     with WRITE_LOCK:
-        cur = con.cursor()
+        cur = query_progress.progress_cursor(con) if progress else con.cursor()
         cur.execute("BEGIN")
         try:
             yield cur
@@ -183,18 +185,6 @@ def open_store(path: str | os.PathLike | None = None, create: bool = True) -> du
                            "512MB") from None
     con.execute(SCHEMA)
     return con
-
-
-def progress_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """A cursor whose running query reports ``query_progress()`` without drawing DuckDB's bar on stdout.
-
-    Progress settings are per connection and cannot be set globally, hence a cursor of its own.
-    """
-    cur = con.cursor()
-    cur.execute("SET enable_progress_bar = true")
-    cur.execute("SET enable_progress_bar_print = false")
-    cur.execute("SET progress_bar_time = 0")
-    return cur
 
 
 def quote_ident(name: str) -> str:
