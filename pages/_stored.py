@@ -31,8 +31,8 @@ def stored_traces(owner: str | None) -> None:
                                 "rejected": t.rejected, "format": t.format, "layout": t.layout,
                                 "source": t.source_file, "created": t.created} for t in traces]),
                  hide_index=True, key="traces_table")
-    # signed in, only traces in one's own workspace can be removed; shared ones (the sample) stay
     split_section([t for t in traces if t.layout != "summary"], owner)
+    # signed in, only traces in one's own workspace can be removed; shared ones (the sample) stay
     own = None if owner is None else store.owned_trace_ids(connection(), owner)
     removable = [t for t in traces if own is None or t.trace_id in own]
     if not removable:

@@ -1,6 +1,8 @@
 """One server's requests split off a trace holding several servers' traffic: the rows that model served, as a
 trace every view then plans on its own, the same as a replay of those requests taken from the whole trace."""
 
+import threading
+
 import numpy as np
 import pytest
 from helpers import canonical_rows, cli_json, run_cli, write
@@ -71,6 +73,20 @@ def test_a_split_says_how_far_it_is_and_a_refusal_says_nothing_first(con):
     with pytest.raises(PlannerError):
         split_by_model(con, "sample_chat", "gpt-4", on_progress=lambda f, m: said.append((f, m)))
     assert said == []
+
+
+def test_sessions_splitting_the_same_model_at_once_store_it_once(con):
+    ensure_sample(con)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(split_by_model(con, "sample_chat", "llama-3-8b")))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.trace_id for r in results}) == 1 and sorted(r.duplicate_of is None for r in results) == [
+        False, False, True]
+    assert len(store.list_traces(con)) == 2
 
 
 def test_a_split_in_a_workspace_is_listed_there(con):

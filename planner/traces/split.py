@@ -77,10 +77,6 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         raise PlannerError(f"trace {info.name!r} names one model ({listed}): its requests are one server's already; "
                            "expected a trace whose model column names several")
     sha = split_hash(store.content_hash(con, info.trace_id), model)
-    existing = store.find_by_hash(con, sha)
-    if existing is not None:
-        store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
-        return result_from_trace(existing, existing.trace_id)
     trace_id = sha[:16]
     source = store.requests_view(info.trace_id)
     others = sum(counts.values()) - counts[model]
@@ -90,6 +86,11 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
             + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
     report = on_progress or (lambda f, m: None)
     with store.transaction(con, progress=True) as cur:
+        # under the write lock: a split of the same model by another session is either stored or not begun
+        existing = store.find_by_hash(cur, sha)
+        if existing is not None:
+            store.link_owner(cur, existing.trace_id, owner, existing=True)
+            return result_from_trace(existing, existing.trace_id)
         columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
         t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
         copying = f"copying {counts[model]:,} rows"
