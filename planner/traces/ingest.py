@@ -55,6 +55,16 @@ def result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> Ingest
                         info.timestamp_resolution_s, info.notes, info.files)
 
 
+def already_stored(cur: duckdb.DuckDBPyConnection, sha256: str, owner: str | None) -> IngestResult | None:
+    """The trace stored from the same content (``sha256``), now in ``owner``'s workspace too, as a duplicate's
+    result; None where none is."""
+    existing = store.find_by_hash(cur, sha256)
+    if existing is None:
+        return None
+    store.link_owner(cur, existing.trace_id, owner, existing=True)
+    return result_from_trace(existing, existing.trace_id)
+
+
 def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str | None = None,
                 fmt: str = "auto", overrides: dict[str, str] | None = None,
                 unit_overrides: dict[str, str] | None = None, dialect: Dialect | None = None,
@@ -109,11 +119,10 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     # a large file's hash overlaps its load, unless a stored trace has its very size: a duplicate's load, rolled
     # back, would still grow the store file by the blocks it wrote, so then the hash decides first
     if not content.background or store.may_hold_bytes(con, fileset.total_bytes):
-        existing = store.find_by_hash(con, content.value())
-        if existing is not None:
-            store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
+        duplicate = already_stored(con.cursor(), content.value(), owner)
+        if duplicate is not None:
             report(1.0, "already stored")
-            return result_from_trace(existing, existing.trace_id)
+            return duplicate
 
     cur = query_progress.progress_cursor(con)
     report(0.05, "detecting format")

@@ -17,7 +17,7 @@ import duckdb
 
 from planner.errors import PlannerError
 from planner.traces import query_progress, store
-from planner.traces.ingest import IngestResult, result_from_trace
+from planner.traces.ingest import IngestResult, already_stored, result_from_trace
 from planner.traces.query_progress import ProgressFn
 
 
@@ -87,10 +87,8 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
     report = on_progress or (lambda f, m: None)
     with store.transaction(con, progress=True) as cur:
         # under the write lock: a split of the same model by another session is either stored or not begun
-        existing = store.find_by_hash(cur, sha)
-        if existing is not None:
-            store.link_owner(cur, existing.trace_id, owner, existing=True)
-            return result_from_trace(existing, existing.trace_id)
+        if (duplicate := already_stored(cur, sha, owner)) is not None:
+            return duplicate
         columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
         t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
         copying = f"copying {counts[model]:,} rows"

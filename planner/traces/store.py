@@ -92,9 +92,9 @@ WRITE_LOCK = threading.RLock()
 @contextmanager
 def transaction(con: duckdb.DuckDBPyConnection, progress: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A cursor of ``con`` (a :func:`~planner.traces.query_progress.progress_cursor` where ``progress``) in one
-    write transaction, under
-    :data:`WRITE_LOCK`: committed when the block ends (a ``return`` inside it included), rolled back when it raises
-    (Streamlit's rerun and stop signals too), so the store holds all of the block's writes or none."""
+    write transaction, under :data:`WRITE_LOCK`: committed when the block ends (a ``return`` inside it included),
+    rolled back when it raises (Streamlit's rerun and stop signals too), so the store holds all of the block's
+    writes or none."""
     with WRITE_LOCK:
         cur = query_progress.progress_cursor(con) if progress else con.cursor()
         cur.execute("BEGIN")
@@ -104,6 +104,7 @@ def transaction(con: duckdb.DuckDBPyConnection, progress: bool = False) -> Itera
             cur.execute("ROLLBACK")
             raise
         cur.execute("COMMIT")
+
 
 def default_db_path() -> Path:
     """Return the store path: ``$PLANNER_DB`` if set, else ``traces.duckdb`` in the user's data directory."""

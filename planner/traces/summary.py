@@ -92,7 +92,7 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
         When the folder lacks ``length_counts``, a table lacks a column, or a row breaks its table's rule (the
         first such row is named); nothing is stored.
     """
-    from planner.traces.ingest import result_from_trace
+    from planner.traces.ingest import already_stored, result_from_trace
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -105,12 +105,11 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
                            "expected the output of summary.sql (docs/SUMMARY.md)")
     paths = [p for files in found.values() for p in files]
     sha = ContentHash(paths).value()
-    existing = store.find_by_hash(con, sha)
-    if existing is not None:
-        store.link_owner(con.cursor(), existing.trace_id, owner, existing=True)
-        return result_from_trace(existing, existing.trace_id)
     trace_id = sha[:16]
     with store.transaction(con) as cur:
+        # under the write lock: the same tables ingested by another session are either stored or not begun
+        if (duplicate := already_stored(cur, sha, owner)) is not None:
+            return duplicate
         sources = {}
         for table in TABLES:
             if table.name in found:
