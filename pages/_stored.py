@@ -10,12 +10,14 @@ from pages._progress import with_progress
 from pages._shared import connection
 from planner.errors import PlannerError
 from planner.traces import store
-from planner.traces.split import model_counts, split_by_model
+from planner.traces.queries import model_counts
+from planner.traces.split import split_by_model
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def _models(trace_id: str) -> dict[str, int]:
-    """Rows per model the trace's model column names (:func:`planner.traces.split.model_counts`)."""
+def _models(trace_id: str, created: str) -> dict[str, int]:
+    """Rows per model the trace's model column names (:func:`planner.traces.queries.model_counts`), cached per
+    trace and ingest (the same bytes deleted and ingested again with another mapping keep their id)."""
     return model_counts(connection(), trace_id)
 
 
@@ -60,14 +62,15 @@ def split_section(traces: list[store.TraceInfo], owner: str | None) -> None:
         st.caption("A trace whose model column names several models is several servers' traffic: every page plans "
                    "their sum on one server. Its split keeps the rows one model served (failed ones included, "
                    "numbered as in the source) as a trace of its own.")
-        by_id = {t.trace_id: t.name for t in traces}
-        source = st.selectbox("Trace", list(by_id), index=None, format_func=lambda tid: f"{by_id[tid]} ({tid})",
+        by_id = {t.trace_id: t for t in traces}
+        source = st.selectbox("Trace", list(by_id), index=None, format_func=lambda tid: f"{by_id[tid].name} ({tid})",
                               placeholder="choose a trace", key="traces_split_pick")
         if source is None:
             return
-        counts = _models(source)
+        counts = _models(source, by_id[source].created)
         if len(counts) < 2:
-            st.info(f"{by_id[source]} names {'one model' if counts else 'no model'}: its requests are one server's.")
+            st.info(f"{by_id[source].name} names {'one model' if counts else 'no model'}: its requests are one "
+                    "server's.")
             return
         model = st.selectbox("Served by", list(counts), format_func=lambda m: f"{m} ({counts[m]:,} rows)",
                              key="traces_split_model")
@@ -75,7 +78,7 @@ def split_section(traces: list[store.TraceInfo], owner: str | None) -> None:
             result = with_progress(f"Splitting {model}'s rows off…", "Split failed: nothing was stored",
                                    lambda show: split_by_model(connection(), source, model, owner=owner,
                                                                on_progress=show),
-                                   lambda r: f"Stored as {r.name}")
+                                   lambda r: f"{'Already stored' if r.duplicate_of else 'Stored'} as {r.name}")
             if result is None:
                 return
             st.session_state["traces_said"] = (

@@ -237,6 +237,11 @@ def test_a_calibration_carries_only_what_it_fitted_and_says_what_does_not_transf
     # a hand-written file keeps what it sets, and says nothing of a server it does not name
     hand = params_from_json(json.dumps({"params": {"mfu": 0.5, "roofline_p": 3.0}}), "hand.json")
     assert hand.roofline_p == 3.0 and hand.fitted_on is None and S(cost=hand).calibration_warnings == ()
+    # any knee from 64 up is the ideal max, and a file may say so with a larger p; below 1 is no roofline
+    sharp = S(cost=params_from_json(json.dumps({"params": {"roofline_p": 100.0}}), "sharp.json"))
+    assert predict_step(sharp, [], [(64, 1024)]) == predict_step(S(cost=CostParams(roofline_p=64.0)), [], [(64, 1024)])
+    with pytest.raises(PlannerError, match=r"cost model roofline_p 0.5 .*expected a knee's sharpness in \[1, inf\]"):
+        S(cost=params_from_json(json.dumps({"params": {"roofline_p": 0.5}}), "soft.json"))
     named = params_from_json(json.dumps({"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "params": {}}), "n.json")
     assert "its efficiencies and overheads are that GPU's" in S(cost=named).calibration_warnings[0]
     for bad, match in (({"fitted": "mfu"}, "'fitted' must list cost-model parameter names"),

@@ -11,7 +11,8 @@ from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 from planner.traces.samples import SAMPLE_PATH, ensure_sample
-from planner.traces.split import model_counts, split_by_model, split_hash
+from planner.traces.queries import model_counts
+from planner.traces.split import split_by_model, split_hash
 from planner.workload.replay import from_trace, measured_latencies, served_models
 from planner.workload.stats import trace_stats
 
@@ -53,7 +54,8 @@ def test_splitting_again_finds_the_split_and_the_two_splits_make_the_whole(con):
     first = split_by_model(con, whole.trace_id, "llama-3-8b", name="eight")
     again = split_by_model(con, "sample_chat", "llama-3-8b", owner="ana@example.com")
     assert (again.trace_id, again.duplicate_of, again.name) == (first.trace_id, first.trace_id, "eight")
-    assert store.content_hash(con, first.trace_id) == split_hash(store.content_hash(con, whole.trace_id),
+    source = store.get_trace(con, whole.trace_id)
+    assert store.content_hash(con, first.trace_id) == split_hash(store.content_hash(con, whole.trace_id), source,
                                                                  "llama-3-8b")
     other = split_by_model(con, whole.trace_id, "llama-3-70b")
     assert first.rows + other.rows == whole.rows and first.failed + other.failed == whole.failed
@@ -117,12 +119,32 @@ def test_what_cannot_be_split_is_refused_and_nothing_is_stored(con, tmp_path):
     one = ingest_file(con, write(tmp_path / "one.csv", "input_tokens,output_tokens,model\n1,2,x\n3,4,x\n"))
     with pytest.raises(PlannerError, match=r"names one model \(x \(2 rows\)\): its requests are one server's"):
         split_by_model(con, one.trace_id, "x")
+    with pytest.raises(PlannerError, match=r"names one model \(x \(2 rows\)\)"):
+        split_by_model(con, one.trace_id, "y")          # not "no such model": x would be refused too
     bare = ingest_file(con, write(tmp_path / "bare.csv", "input_tokens,output_tokens\n1,2\n"))
-    with pytest.raises(PlannerError, match="names no such model; .*none \\(it has no model column\\)"):
+    with pytest.raises(PlannerError, match="trace 'bare' has no model column; expected a trace whose model column"):
         split_by_model(con, bare.trace_id, "x")
+    blank = ingest_file(con, write(tmp_path / "blank.csv", "input_tokens,output_tokens,model\n1,2,\n3,4,\n"))
+    with pytest.raises(PlannerError, match="trace 'blank' has a model column naming no model"):
+        split_by_model(con, blank.trace_id, "x")
     with pytest.raises(PlannerError, match="expected a trace name with at least one visible character"):
         split_by_model(con, "sample_chat", "llama-3-8b", name="  ")
-    assert len(store.list_traces(con)) == 3
+    assert len(store.list_traces(con)) == 4
+
+
+def test_the_same_bytes_read_another_way_are_split_anew(con, tmp_path):
+    # the model column read from another column of the same bytes, after the first ingest was deleted: the same
+    # trace id, other models per row; the split of the first reading is not this one's
+    path = write(tmp_path / "two.csv", "input_tokens,output_tokens,model,backend\n1,2,a,b\n3,4,b,a\n5,6,a,b\n7,8,b,a\n")
+    first = ingest_file(con, path)
+    a_first = split_by_model(con, first.trace_id, "a", name="a-first")
+    assert [r[0] for r in canonical_rows(con, a_first.trace_id)] == [1, 3]
+    store.delete_trace(con, first.trace_id)
+    again = ingest_file(con, path, overrides={"model": "backend"})
+    assert again.trace_id == first.trace_id
+    a_again = split_by_model(con, again.trace_id, "a")
+    assert a_again.duplicate_of is None and a_again.trace_id != a_first.trace_id
+    assert [r[0] for r in canonical_rows(con, a_again.trace_id)] == [2, 4]
 
 
 def test_the_split_cli(tmp_path):

@@ -18,7 +18,7 @@ import polars as pl
 from scipy import optimize
 
 from planner.errors import PlannerError, first_line
-from planner.sim.cost_model import PARAM_RANGES, CostParams, coefficients, step_seconds
+from planner.sim.cost_model import PARAM_RANGES, SHARPEST_KNEE, CostParams, coefficients, step_seconds
 from planner.sim.step_spec import MAX_STEP_SEQUENCES, batch_aggregates
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
 KNEE = "roofline_p"
 # the knees a fit also starts from, besides the scenario's: least squares from one side of the ridge's curvature
 # can stop on a ledge of the other (from 8, the bench's six stopped at p = 58, MAPE 2.3%; from 2 they reach 1.1%)
-_KNEE_STARTS = (2.0, 64.0)
+_KNEE_STARTS = (2.0, SHARPEST_KNEE)
 TRACE_PARAMS = ("mfu", "mbu")
 # a parameter whose 10% change moves no fitted prediction by 1% is one the data does not pin down
 NUDGE, WEAK = 0.1, 0.01
@@ -135,7 +135,8 @@ def _solve(scenario: Scenario, aggs: list[tuple[float, ...]], measured: np.ndarr
         c = coefficients(scenario.replace(cost=with_values(start, names, vec))).as_tuple()
         return np.array([step_seconds.py_func(c, *a)[0] * 1e3 for a in aggs]) / measured - 1
 
-    lo, hi = zip(*(PARAM_RANGES[k] for k in names), strict=True)
+    ranges = {**PARAM_RANGES, KNEE: (PARAM_RANGES[KNEE][0], SHARPEST_KNEE)}     # sharper is the same roofline
+    lo, hi = zip(*(ranges[k] for k in names), strict=True)
     x0 = np.clip([getattr(start, k) for k in names], lo, hi)
     starts = [x0]
     if KNEE in names:

@@ -76,9 +76,10 @@ def _same_precision(fitted: str | None, applied: str) -> bool:
 # is broken, not slow. The overheads' ceilings are rails against a unit slip, not measurements: 50 ms per step
 # (330x the default 150 µs), 1 ms per sequence (250x BLIS's 4 µs), 1 ms per all-reduce (40x an eager NCCL call's
 # 25 µs), 50 ms per TP step (7x vLLM V0's Ray hand-over), 1 ms per piecewise layer (60x the default), 1 s of
-# frontend per request (170x the default 6 ms). The knee runs from 1 (the two bounds added) to 64 (their max, as
-# _busy takes any p from 64 up).
-PARAM_RANGES = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "link_efficiency": (0.01, 1.0), "roofline_p": (1.0, 64.0),
+# frontend per request (170x the default 6 ms). The knee runs from 1 (the two bounds added) up: any p from
+# SHARPEST_KNEE is their max, so a file may give more, and a fit searches no higher.
+SHARPEST_KNEE = 64.0
+PARAM_RANGES = {"mfu": (0.02, 1.0), "mbu": (0.02, 1.0), "link_efficiency": (0.01, 1.0), "roofline_p": (1.0, math.inf),
                 "step_overhead_s": (0.0, 0.05), "seq_overhead_s": (0.0, 1e-3), "allreduce_latency_s": (0.0, 1e-3),
                 "tp_step_overhead_s": (0.0, 0.05), "piecewise_layer_s": (0.0, 1e-3), "frontend_s": (0.0, 1.0)}
 
@@ -355,7 +356,7 @@ def step_parts(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs
 @numba.njit(cache=True, nogil=True)
 def _busy(compute, memory, p):
     top = compute if compute > memory else memory
-    if p >= 64.0 or top <= 0.0:
+    if p >= SHARPEST_KNEE or top <= 0.0:
         return top
     # the catalog's knees (2, 4, 8) by square roots, not two pow calls: this is the simulator's innermost loop
     if p == 2.0:

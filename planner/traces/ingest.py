@@ -143,12 +143,11 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             with query_progress.QueryProgress(cur, on_progress, 0.1, 0.9, "parsing rows"):
                 cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
             sha = content.value()
-            existing = store.find_by_hash(cur, sha)
-            if existing is not None:  # a large duplicate, found once its background hash was done
-                cur.execute("ROLLBACK")
-                store.link_owner(cur, existing.trace_id, owner, existing=True)
+            if store.find_by_hash(cur, sha) is not None:  # a large duplicate, found once its background hash was done
+                cur.execute("ROLLBACK")                     # its load undone before the link is written
+                duplicate = already_stored(cur, sha, owner)
                 report(1.0, "already stored")
-                return result_from_trace(existing, existing.trace_id)
+                return duplicate
             trace_id = sha[:16]
             data = store.requests_data_table(trace_id)
             cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")

@@ -20,6 +20,19 @@ from planner.workload.fitting.lengths import MAX_DISTINCT, QUANTILES, counts_of
 from planner.workload.stats import LENGTH_FIELDS, percentile_blocks
 
 
+# the requests a replay takes (planner.workload.replay): completed ones that produced output
+REPLAYED_SQL = "NOT failed AND output_tokens > 0"
+
+
+def model_counts(con: duckdb.DuckDBPyConnection, trace_id: str, replayed: bool = False) -> dict[str, int]:
+    """Rows per model the trace's ``model`` column names (only those a replay takes where ``replayed``; all,
+    failed ones included, else), most first, then by name; empty where it has no such column or names none."""
+    where = f" AND {REPLAYED_SQL}" if replayed else ""
+    rel = con.cursor().sql(f"SELECT model, count(*) AS n FROM {store.requests_view(trace_id)} WHERE model IS NOT NULL"
+                           f"{where} GROUP BY model ORDER BY n DESC, model")
+    return dict(rel.fetchall())
+
+
 def length_expr(fld: str) -> str:
     if fld not in LENGTH_FIELDS:
         raise PlannerError(f"unknown length field {fld!r}: expected one of {', '.join(LENGTH_FIELDS)}")

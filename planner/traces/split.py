@@ -4,8 +4,8 @@ A log whose ``model`` column names several models is several servers' traffic; e
 prefix reuse, replays, recommendations, reports) describes their sum. Its split holds the requests one model
 served, failed ones included, with the source rows' numbers and its arrivals counted from its own first request,
 so each of those views describes that one server. It is stored like an ingest (one transaction, a name of its own,
-in the owner's workspace) and identified by its source's content hash and the model, so splitting the same model
-off the same bytes again finds it.
+in the owner's workspace) and identified by its source's content hash, how that was read and the model, so
+splitting the same model off the same source again finds it.
 """
 
 from __future__ import annotations
@@ -18,20 +18,15 @@ import duckdb
 from planner.errors import PlannerError
 from planner.traces import query_progress, store
 from planner.traces.ingest import IngestResult, already_stored, result_from_trace
+from planner.traces.queries import model_counts
 from planner.traces.query_progress import ProgressFn
 
 
-def model_counts(con: duckdb.DuckDBPyConnection, trace_id: str) -> dict[str, int]:
-    """Rows per model the trace's ``model`` column names (failed ones included), most first; empty where the
-    trace has no such column or names no model."""
-    rel = con.cursor().sql(f"SELECT model, count(*) AS n FROM {store.requests_view(trace_id)} WHERE model IS NOT NULL "
-                           "GROUP BY model ORDER BY n DESC, model")
-    return dict(rel.fetchall())
-
-
-def split_hash(parent_sha256: str, model: str) -> str:
-    """The content hash a split is stored under: its source's bytes and the model whose requests it keeps."""
-    return hashlib.sha256(f"{parent_sha256}\nmodel={model}".encode()).hexdigest()
+def split_hash(parent_sha256: str, info: store.TraceInfo, model: str) -> str:
+    """The content hash a split is stored under: its source's bytes, how they were read (mapping, units, dialect:
+    the same bytes ingested again another way are another source) and the model whose requests it keeps."""
+    read_as = json.dumps([info.mapping, info.units, info.dialect], sort_keys=True)
+    return hashlib.sha256(f"{parent_sha256}\n{read_as}\nmodel={model}".encode()).hexdigest()
 
 
 def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *, name: str | None = None,
@@ -64,31 +59,34 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
     """
     if name is not None and not name.strip():
         raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
-    info = store.get_trace(con, trace_ref)
-    if info.layout == "summary":
-        raise PlannerError(f"summary {info.name!r} counts requests, not which model served each: there is nothing "
-                           "to split; split the log before summarising it")
-    counts = model_counts(con, info.trace_id)
-    listed = ", ".join(f"{m} ({n:,} rows)" for m, n in counts.items())
-    if model not in counts:
-        raise PlannerError(f"--model {model!r}: trace {info.name!r} names no such model; expected one of the models "
-                           f"its model column names: {listed or 'none (it has no model column)'}")
-    if len(counts) < 2:
-        raise PlannerError(f"trace {info.name!r} names one model ({listed}): its requests are one server's already; "
-                           "expected a trace whose model column names several")
-    sha = split_hash(store.content_hash(con, info.trace_id), model)
-    trace_id = sha[:16]
-    source = store.requests_view(info.trace_id)
-    others = sum(counts.values()) - counts[model]
-    unnamed = info.rows - sum(counts.values())
-    note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says {model} "
-            f"served, numbered as there; {others:,} rows of other models"
-            + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
     report = on_progress or (lambda f, m: None)
+    # all under the write lock: the source cannot go while it is read, and a split of the same model by another
+    # session is either stored or not begun
     with store.transaction(con, progress=True) as cur:
-        # under the write lock: a split of the same model by another session is either stored or not begun
+        info = store.get_trace(cur, trace_ref)
+        if info.layout == "summary":
+            raise PlannerError(f"summary {info.name!r} counts requests, not which model served each: there is "
+                               "nothing to split; split the log before summarising it")
+        counts = model_counts(cur, info.trace_id)
+        listed = ", ".join(f"{m} ({n:,} rows)" for m, n in counts.items())
+        if len(counts) < 2:
+            held = (f"names one model ({listed}): its requests are one server's already" if counts else
+                    "has a model column naming no model" if "model" in info.mapping else "has no model column")
+            raise PlannerError(f"trace {info.name!r} {held}; expected a trace whose model column names several")
+        if model not in counts:
+            raise PlannerError(f"--model {model!r}: trace {info.name!r} names no such model; expected one of the "
+                               f"models its model column names: {listed}")
+        sha = split_hash(store.content_hash(cur, info.trace_id), info, model)
         if (duplicate := already_stored(cur, sha, owner)) is not None:
+            report(1.0, "already stored")
             return duplicate
+        trace_id = sha[:16]
+        source = store.requests_view(info.trace_id)
+        others = sum(counts.values()) - counts[model]
+        unnamed = info.rows - sum(counts.values())
+        note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says "
+                f"{model} served, numbered as there; {others:,} rows of other models"
+                + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
         columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
         t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
         copying = f"copying {counts[model]:,} rows"

@@ -15,6 +15,7 @@ from planner.catalog.presets import preset_name
 from planner.errors import PlannerError
 from planner.sim.workload import RATE_RANGE, SimWorkload, poisson_or_gamma, sorted_workload
 from planner.traces import store
+from planner.traces.queries import REPLAYED_SQL, model_counts
 from planner.workload.rates import arrival_rate_rps
 
 
@@ -57,7 +58,7 @@ def served_models(con: duckdb.DuckDBPyConnection, trace_ref: str) -> dict[str, i
     writes it, most first); empty where the trace names none. A trace with several holds several servers'
     traffic, and latencies measured on several servers."""
     info = store.get_trace(con, trace_ref)
-    return {} if info.layout == "summary" else _counts(_replayed(con, info, ", model"))
+    return {} if info.layout == "summary" else model_counts(con, info.trace_id, replayed=True)
 
 
 def _counts(frame: pl.DataFrame) -> dict[str, int]:
@@ -125,7 +126,7 @@ def _replayed(con: duckdb.DuckDBPyConnection, info, extra: str = "", where: str 
     session = "session_id" if "session_id" in columns else "NULL::VARCHAR AS session_id"
     hashes = "hash_ids" if "hash_ids" in columns else "NULL AS hash_ids"
     sql = (f"SELECT arrival, input_tokens, output_tokens, {session}, {hashes}{extra} FROM {view} "
-           f"WHERE NOT failed AND output_tokens > 0{where} ORDER BY arrival NULLS LAST, \"row\"")
+           f"WHERE {REPLAYED_SQL}{where} ORDER BY arrival NULLS LAST, \"row\"")
     return con.cursor().sql(sql, params=None if served_by is None else {"served_by": served_by}).pl()
 
 
