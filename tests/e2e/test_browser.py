@@ -31,7 +31,7 @@ def test_upload_ingest_and_share_a_link(page, server):
     expect(metric(page, "Rejected")).to_have_text("1")
     expect(page.get_by_text("abc is not a number").first).to_be_attached()  # a data-grid cell (canvas-drawn)
     # the sidebar picker switched to the new trace and the URL carries it
-    page.wait_for_function("() => window.location.search.includes('trace=burst_e2e')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('trace=burst_e2e')", timeout=60_000)
 
     page.goto(server + "/overview?trace=burst_e2e")
     page.wait_for_selector(IDLE, timeout=60_000)
@@ -51,11 +51,11 @@ def test_a_shared_workload_link_reproduces_the_view_on_a_fresh_server(page, fres
            .first).to_be_visible(timeout=60_000)
     page.get_by_role("tab", name="Arrivals").click()
     expect(metric(page, "Poisson?")).to_have_text("rejected", timeout=60_000)
-    page.wait_for_function("() => window.location.search.includes('view=Arrivals')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('view=Arrivals')", timeout=60_000)
     # back on Lengths, the controls kept their values while the tab was closed, and the URL carries them again
     page.get_by_role("tab", name="Lengths").click()
     expect(metric(page, "Cap")).to_have_text("512", timeout=60_000)
-    page.wait_for_function("() => window.location.search.includes('cap=512')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('cap=512')", timeout=60_000)
     assert "field=output_tokens" in page.url
     assert not errors, errors
 
@@ -69,7 +69,7 @@ def test_memory_page_link_reproduces_the_scenario(page, server):
     expect(metric(page, "Max concurrency")).to_contain_text("x")
     expect(page.locator("[data-testid='stVegaLiteChart']").first).to_be_visible(timeout=60_000)
     page.get_by_role("tab", name="Reservation policies").click()
-    page.wait_for_function("() => window.location.search.includes('memory_view=')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('memory_view=')", timeout=60_000)
     expect(page.get_by_text("seed 002's procedure")).to_be_visible(timeout=60_000)
     assert not errors, errors
 
@@ -130,7 +130,7 @@ def test_a_calibration_from_another_gpu_is_applied_with_a_warning_and_can_be_dro
     expect(page.get_by_text("step costs at MFU 0.55, MBU 0.8,")).to_be_visible()
     # another run of the page (the scenario changed): still the defaults
     page.get_by_test_id("stNumberInputStepUp").first.click()
-    page.wait_for_function("() => window.location.search.includes('util=0.91')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('util=0.91')", timeout=60_000)
     page.wait_for_selector(IDLE, timeout=60_000)
     expect(page.get_by_text("Cost model: defaults (reference/performance-models.md)")).to_be_visible(timeout=60_000)
     expect(page.get_by_text("step costs at MFU 0.55, MBU 0.8,")).to_be_visible()

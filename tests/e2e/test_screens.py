@@ -108,7 +108,7 @@ def test_the_scenario_follows_the_user_from_page_to_page(page, screen_server):
     page.wait_for_selector(IDLE, timeout=240_000)
     expect(page.get_by_test_id("stCaptionContainer").filter(has_text="blocks ·")).to_contain_text(
         "on 2× a100-80gb-sxm · weights fp8, KV fp8 in 32-token blocks", timeout=120_000)
-    page.wait_for_function("() => window.location.search.includes('kv_dtype=fp8')", timeout=30_000)
+    page.wait_for_function("() => window.location.search.includes('kv_dtype=fp8')", timeout=60_000)
     # a change on the page sticks, a change back to the default included
     kv = page.get_by_test_id("stSelectbox").filter(has_text="KV cache dtype")
     kv.click()
