@@ -39,6 +39,9 @@ def writable_path(flag: str, name: str | os.PathLike) -> Path:
         if not stat.S_ISREG(mode):
             raise PlannerError(f"{flag} {text}: is not a regular file (a FIFO, socket or device); expected a file "
                                "to write")
+        if _is_database(path):
+            raise PlannerError(f"{flag} {text}: is a DuckDB database (a trace store?), which writing would destroy; "
+                               "expected another file name")
     folder = path.parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
@@ -53,6 +56,18 @@ def writable_path(flag: str, name: str | os.PathLike) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise PlannerError(f"{flag} {text}: the file exists and cannot be overwritten; expected a writable file")
     return path
+
+
+def _is_database(path: Path) -> bool:
+    """Whether ``path`` holds a DuckDB database: a report, calibration or rejects file written over a trace store
+    would lose every trace in it."""
+    from planner.traces.store import is_duckdb_file      # here: the simulator writes files without DuckDB
+
+    try:
+        with open(path, "rb") as fh:
+            return is_duckdb_file(fh.read(16))
+    except OSError:
+        return False            # unreadable: the writability check after says so
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

@@ -351,6 +351,37 @@ def test_db_must_be_a_duckdb_store_or_a_new_path(capsys, tmp_path, kind):
     assert main(["ingest", str(trace), "--db", str(new), "--quiet"]) == 0 and new.exists()
 
 
+@pytest.mark.parametrize("suffix", ["csv", "json", "parquet", "duckdb"])
+def test_an_empty_file_as_the_store_is_refused_not_read_as_data(capsys, tmp_path, suffix):
+    # DuckDB opens an empty file named like data as a read-only view: an ingest there reported "stored" and kept
+    # nothing
+    target = tmp_path / f"empty.{suffix}"
+    target.touch()
+    trace = write(tmp_path / "t.csv", "input_tokens,output_tokens\n5,6\n7,8\n")
+    line = refused(capsys, "ingest", str(trace), "--db", str(target))
+    assert line == (f"error: --db {target}: an empty file; expected a DuckDB store file or a path where none is yet "
+                    "(remove the empty file to create the store there)")
+    assert target.read_bytes() == b""
+
+
+@pytest.mark.parametrize("argv", [["rejects", "t"], ["calibrate", *MODEL, "--points", "POINTS"],
+                                  ["report", "t", *MODEL, "--quiet", "--format", "html"]])
+def test_an_output_file_never_overwrites_a_trace_store(capsys, db, tmp_path, argv):
+    # `-o` naming the store (or any DuckDB file) replaced every trace with a report, a calibration or rejects
+    points = write(tmp_path / "p.csv", "prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n"
+                   "512,1,0,0,40\n1024,1,0,0,75\n0,0,8,512,25\n0,0,32,1024,30\n0,0,64,512,33\n")
+    argv = [str(points) if a == "POINTS" else a for a in argv]
+    before, other = snapshot(db), tmp_path / "other.duckdb"
+    store.open_store(other).close()
+    for target in (db, other):
+        kept = target.read_bytes()
+        line = refused(capsys, *argv, "-o", str(target), db=db)
+        assert line == (f"error: -o {target}: is a DuckDB database (a trace store?), which writing would destroy; "
+                        "expected another file name")
+        assert target.read_bytes() == kept
+    assert snapshot(db) == before
+
+
 @pytest.mark.parametrize("argv", [["stats", "t"], ["fit", "t", "--field", "input_tokens"], ["rejects", "t"],
                                   ["memory", *MODEL, "--trace", "t"], ["simulate", *MODEL, "--trace", "t"],
                                   ["calibrate", *MODEL, "--trace", "t", "-o", "OUT.json"],

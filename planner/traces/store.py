@@ -141,9 +141,19 @@ def _check_store_path(db_path: Path) -> None:
     except OSError as exc:
         raise PlannerError(f"--db {db_path}: cannot read it ({exc.strerror}); expected a DuckDB store this user "
                            "can read and write") from None
-    if head and head[_DUCKDB_MAGIC_OFFSET:] != _DUCKDB_MAGIC:      # an empty file is a new store
+    if not head:
+        # DuckDB refuses an empty file as a database, except one named like data (.csv, .json, .parquet): that it
+        # opens as a read-only view, and every write would go nowhere
+        raise PlannerError(f"--db {db_path}: an empty file; expected a DuckDB store file or a path where none is "
+                           "yet (remove the empty file to create the store there)")
+    if not is_duckdb_file(head):
         raise PlannerError(f"--db {db_path}: not a DuckDB database (a CSV, Parquet or other file); expected a "
                            "DuckDB store file or a new path, and nothing in it was changed")
+
+
+def is_duckdb_file(head: bytes) -> bool:
+    """Whether a file starting with ``head`` (its first 12 bytes or more) is a DuckDB database."""
+    return head[_DUCKDB_MAGIC_OFFSET:_DUCKDB_MAGIC_OFFSET + len(_DUCKDB_MAGIC)] == _DUCKDB_MAGIC
 
 
 def open_store(path: str | os.PathLike | None = None, create: bool = True) -> duckdb.DuckDBPyConnection:
