@@ -123,6 +123,30 @@ def test_identical_bytes_store_nothing_new(con, tmp_path):
     assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE 'requests_%'").fetchall() == [(1,)]
 
 
+@pytest.mark.parametrize("background", [False, True])
+def test_the_same_bytes_read_another_way_are_another_trace(con, tmp_path, monkeypatch, background):
+    # a unit guessed wrong and corrected with --unit was answered with the first reading, the flag ignored
+    from planner.traces import content_hash
+
+    if background:      # a large file: the duplicate is found once its background hash is done, under the lock
+        monkeypatch.setattr(content_hash, "BACKGROUND_FROM_BYTES", 0)
+    path = write(tmp_path / "ms.csv", "timestamp,input_tokens,output_tokens\n" +
+                 "".join(f"{250 * i},{100 + i},20\n" for i in range(1, 9)))
+    seconds = ingest_file(con, path)
+    millis = ingest_file(con, path, unit_overrides={"arrival": "ms"})
+    assert millis.duplicate_of is None and millis.trace_id != seconds.trace_id
+    assert (seconds.units, millis.units) == ({"arrival": "relative_s"}, {"arrival": "relative_ms"})
+    assert millis.notes[-1] == (f"the same bytes are stored as ms ({seconds.trace_id}), read with other units: "
+                                "this is another reading of them")
+    spans = [con.execute(f"SELECT max(arrival) FROM {store.requests_view(t.trace_id)}").fetchone()[0]
+             for t in (seconds, millis)]
+    assert spans == [1750.0, 1.75]
+    # each reading, asked for again, is itself
+    assert ingest_file(con, path, unit_overrides={"arrival": "ms"}).duplicate_of == millis.trace_id
+    assert ingest_file(con, path).duplicate_of == seconds.trace_id
+    assert len(store.list_traces(con)) == 2
+
+
 def test_names_are_made_unique(con, tmp_path):
     a = ingest_file(con, write(tmp_path / "a.csv", CSV), name="same")
     b = ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name="same")

@@ -6,6 +6,7 @@ text and reason. Rows are parsed by DuckDB in one ``CREATE TABLE AS`` pass over 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -55,10 +56,12 @@ def result_from_trace(info: store.TraceInfo, duplicate_of: str | None) -> Ingest
                         info.timestamp_resolution_s, info.notes, info.files)
 
 
-def already_stored(cur: duckdb.DuckDBPyConnection, sha256: str, owner: str | None) -> IngestResult | None:
-    """The trace stored from the same content (``sha256``), now in ``owner``'s workspace too, as a duplicate's
-    result; None where none is."""
-    existing = store.find_by_hash(cur, sha256)
+def already_stored(cur: duckdb.DuckDBPyConnection, sha256: str, owner: str | None,
+                   reading: str | None = None) -> IngestResult | None:
+    """The trace stored from the same content (``sha256``), read the same way (``reading``,
+    :func:`planner.traces.store.read_as`; None: the hash is the whole identity), now in ``owner``'s workspace too,
+    as a duplicate's result; None where none is."""
+    existing = store.find_by_hash(cur, sha256, reading)
     if existing is None:
         return None
     store.link_owner(cur, existing.trace_id, owner, existing=True)
@@ -116,14 +119,6 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     report = on_progress or (lambda f, m: None)
     report(0.0, "hashing")
     content = ContentHash(fileset.paths)
-    # a large file's hash overlaps its load, unless a stored trace has its very size: a duplicate's load, rolled
-    # back, would still grow the store file by the blocks it wrote, so then the hash decides first
-    if not content.background or store.may_hold_bytes(con, fileset.total_bytes):
-        duplicate = already_stored(con.cursor(), content.value(), owner)
-        if duplicate is not None:
-            report(1.0, "already stored")
-            return duplicate
-
     cur = query_progress.progress_cursor(con)
     report(0.05, "detecting format")
     staging = f"ingest_{uuid.uuid4().hex[:12]}"
@@ -133,6 +128,17 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         plan = plan_parse(cur, source, mapping)      # samples values: the first read of every file
     except duckdb.Error as exc:
         raise read_error(path, source.format, exc) from None
+    # a trace is its bytes as read: the same file ingested again with other columns, units or dialect (a unit
+    # guessed wrong, corrected by --unit) is another trace, not the first one answered again
+    read = (mapping.columns, plan.units, source.dialect.as_dict() if source.dialect else None)
+    reading = store.read_as(*read)
+    # a large file's hash overlaps its load, unless a stored trace has its very size: a duplicate's load, rolled
+    # back, would still grow the store file by the blocks it wrote, so then the hash decides first
+    if not content.background or store.may_hold_bytes(con, fileset.total_bytes):
+        duplicate = already_stored(con.cursor(), content.value(), owner, reading)
+        if duplicate is not None:
+            report(1.0, "already stored")
+            return duplicate
     notes = list(source.notes)
     if fileset.kind == "glob":      # what a pattern named is worth saying: it may match more, or fewer, than meant
         notes.insert(0, f"the glob {fileset.spec!r} matched {len(fileset.paths):,} "
@@ -143,12 +149,12 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
             with query_progress.QueryProgress(cur, on_progress, 0.1, 0.9, "parsing rows"):
                 cur.execute(f"CREATE TABLE {store.quote_ident(staging)} AS {plan.select_sql}")
             sha = content.value()
-            if store.find_by_hash(cur, sha) is not None:  # a large duplicate, found once its background hash was done
-                cur.execute("ROLLBACK")                     # its load undone before the link is written
-                duplicate = already_stored(cur, sha, owner)
+            if store.find_by_hash(cur, sha, reading) is not None:   # a large duplicate, found once hashed
+                cur.execute("ROLLBACK")                              # its load undone before the link is written
+                duplicate = already_stored(cur, sha, owner, reading)
                 report(1.0, "already stored")
                 return duplicate
-            trace_id = sha[:16]
+            trace_id = _trace_id(cur, sha, read, notes)
             data = store.requests_data_table(trace_id)
             cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
             report(0.9, "collecting rejects")
@@ -225,6 +231,21 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                         pass        # temporary tables: they go with the connection anyway
         report(1.0, "stored")
         return result_from_trace(store.get_trace(con, trace_id), None)
+
+
+def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dict, dict | None],
+              notes: list[str]) -> str:
+    """The id of a new trace of these bytes, read as ``read`` (columns, units, dialect): their hash's first 16
+    digits, or, where those bytes are stored read another way, the hash of both (and a note naming that trace)."""
+    other = store.find_by_hash(cur, sha256)
+    if other is None:
+        return sha256[:16]
+    changed = [what for what, was, now in zip(("columns", "units", "CSV dialect"),
+                                              (other.mapping, other.units, other.dialect), read, strict=True)
+               if was != now]
+    notes.append(f"the same bytes are stored as {other.name} ({other.trace_id}), read with other "
+                 f"{' and '.join(changed)}: this is another reading of them")
+    return hashlib.sha256(f"{sha256}\n{store.read_as(*read)}".encode()).hexdigest()[:16]
 
 
 def _rollback(cur) -> None:

@@ -25,8 +25,8 @@ from planner.traces.query_progress import ProgressFn
 def split_hash(parent_sha256: str, info: store.TraceInfo, model: str) -> str:
     """The content hash a split is stored under: its source's bytes, how they were read (mapping, units, dialect:
     the same bytes ingested again another way are another source) and the model whose requests it keeps."""
-    read_as = json.dumps([info.mapping, info.units, info.dialect], sort_keys=True)
-    return hashlib.sha256(f"{parent_sha256}\n{read_as}\nmodel={model}".encode()).hexdigest()
+    reading = store.read_as(info.mapping, info.units, info.dialect)
+    return hashlib.sha256(f"{parent_sha256}\n{reading}\nmodel={model}".encode()).hexdigest()
 
 
 def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *, name: str | None = None,

@@ -282,12 +282,19 @@ def get_trace(con: duckdb.DuckDBPyConnection, ref: str) -> TraceInfo:
     return _trace_from_row(cols, rows[0])
 
 
-def find_by_hash(con: duckdb.DuckDBPyConnection, sha256: str) -> TraceInfo | None:
-    """The trace stored from the same bytes, if any."""
+def read_as(mapping: dict, units: dict, dialect: dict | None) -> str:
+    """How a trace's bytes were read (columns, units, CSV dialect), in one canonical string: the same bytes read
+    another way are another trace."""
+    return json.dumps([mapping, units, dialect], sort_keys=True)
+
+
+def find_by_hash(con: duckdb.DuckDBPyConnection, sha256: str, reading: str | None = None) -> TraceInfo | None:
+    """The trace stored from the same bytes, if any: read as ``reading`` (:func:`read_as`), or any way (None)."""
     cur = con.cursor()
-    rel = cur.sql("SELECT * FROM traces WHERE content_sha256 = $h", params={"h": sha256})
-    cols, rows = rel.columns, rel.fetchall()
-    return _trace_from_row(cols, rows[0]) if rows else None
+    rel = cur.sql("SELECT * FROM traces WHERE content_sha256 = $h ORDER BY created", params={"h": sha256})
+    cols = rel.columns
+    found = [_trace_from_row(cols, row) for row in rel.fetchall()]
+    return next((t for t in found if reading is None or read_as(t.mapping, t.units, t.dialect) == reading), None)
 
 
 def may_hold_bytes(con: duckdb.DuckDBPyConnection, size: int) -> bool:
