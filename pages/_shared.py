@@ -13,6 +13,7 @@ from planner.charts import workload as charts
 from planner.traces import queries, store
 from planner.traces.queries import arrival_times, length_counts
 from planner.traces.samples import ensure_sample
+from planner.traces.store_path import default_db_path
 from planner.workload import stats
 from planner.workload.fits import fit_length_field
 from planner.workload.tables import workload_report as build_workload_report
@@ -41,7 +42,7 @@ def require_frame() -> None:
 
 
 def connection():
-    return get_store(str(store.default_db_path()))
+    return get_store(str(default_db_path()))
 
 
 def selected_trace() -> store.TraceInfo | None:

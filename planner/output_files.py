@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from planner.errors import PlannerError
+from planner.traces.store_path import is_duckdb_file
 
 
 def writable_path(flag: str, name: str | os.PathLike) -> Path:
@@ -61,8 +62,6 @@ def writable_path(flag: str, name: str | os.PathLike) -> Path:
 def _is_database(path: Path) -> bool:
     """Whether ``path`` holds a DuckDB database: a report, calibration or rejects file written over a trace store
     would lose every trace in it."""
-    from planner.traces.store import is_duckdb_file      # here: the simulator writes files without DuckDB
-
     try:
         with open(path, "rb") as fh:
             return is_duckdb_file(fh.read(16))

@@ -9,6 +9,7 @@ from planner.catalog.presets import get_model
 from planner.recommend.search import Search
 from planner.scenario import Scenario
 from planner.traces import store
+from planner.traces.store_path import default_db_path
 from planner.workload.replay import from_trace
 
 BURST = (b"Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
@@ -38,7 +39,7 @@ def test_overview_shows_the_bundled_sample(app):
     assert got["Requests"] == "8,397" and got["Failed"] == "47" and got["Rejected"] == "0"
     assert got["Inter-arrival CV"] == "2.12"          # of the 8,350 requests that did not fail
     # the mean rate is the one every replay scales: (n - 1) / span over the non-failed requests
-    con = store.open_store(store.default_db_path())
+    con = store.open_store(default_db_path())
     workload = from_trace(con, "sample_chat")
     con.close()
     assert workload.n == 8_350
@@ -136,6 +137,7 @@ def test_traces_page_reports_bad_files_without_storing(app):
 
 def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
     from planner.traces import store
+from planner.traces.store_path import default_db_path
     from planner.workload import stats
 
     app.switch_page("pages/traces.py").run()
@@ -198,6 +200,7 @@ def test_workload_latency_view_names_the_driver_bucket(app):
 @pytest.mark.parametrize("view, message", [("Arrivals", "no timestamps"), ("Latency", "no TTFT")])
 def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, message):
     from planner.traces import store
+from planner.traces.store_path import default_db_path
     from planner.traces.ingest import ingest_file
 
     db = tmp_path / "lo.duckdb"
@@ -324,7 +327,7 @@ def test_simulate_page_replays_the_traces_fitted_lengths(tmp_path, monkeypatch):
     assert metrics(at)["Completed"] == "10,000"
     from planner.workload.fits import fit_length_field
 
-    con = store.open_store(store.default_db_path())
+    con = store.open_store(default_db_path())
     trace_id = store.get_trace(con, "sample_chat").trace_id
     best = [fit_length_field(con, trace_id, f).best for f in ("input_tokens", "output_tokens")]
     con.close()

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 
 from planner.workload.fitting.arrivals import (
+    _percentile,
+    _vmr,
     counts_per_bin,
     dispersion_curve,
     fit_arrivals,
     peak_summary,
     poisson_test,
-    rate_series,
 )
 
 RATE = 5.0
@@ -82,12 +83,27 @@ def test_dispersion_curve_is_one_for_poisson_and_grows_for_a_modulated_rate():
     assert list(curve.values()) == sorted(curve.values())
 
 
-def test_counts_per_bin_conserve_requests():
+def test_counts_per_bin_are_the_dense_counts_without_their_empty_bins():
     t = renewal(2.0, 8, 10_000)
     for width in (0.5, 1.0, 60.0):
-        counts = counts_per_bin(t, width)
-        assert counts.sum() == t.size
-        assert counts.size == int(np.floor((t.max() - t.min()) / width)) + 1
+        index, counts, bins = counts_per_bin(t, width)
+        dense = np.bincount(np.floor((t - t.min()) / width).astype(np.int64))
+        assert bins == dense.size == int(np.floor((t.max() - t.min()) / width)) + 1
+        assert counts.sum() == t.size and list(counts) == list(dense[dense > 0])
+        assert list(index) == list(np.flatnonzero(dense))
+        # the statistics read off them are the dense array's, its empty bins included
+        assert _vmr(counts, bins) == pytest.approx(dense.var() / dense.mean(), rel=1e-12)
+        for q in (0, 1, 50, 90, 99, 100):
+            assert _percentile(counts, bins, q) == pytest.approx(np.percentile(dense, q), rel=1e-12, abs=1e-12)
+
+
+def test_a_stray_timestamp_years_away_costs_no_array_as_long_as_the_span():
+    # one arrival 54 years after the rest (an epoch 0 among epoch seconds) made 1.7e9 one-second bins: 13 GiB
+    t = np.concatenate([np.arange(600.0), [1.7e9]])
+    summary = peak_summary(t)
+    assert summary["peak_to_mean"]["1s"] == pytest.approx(1.0 / (600 / 1.7e9))
+    assert summary["peak_rate_rps"] == 0.0          # 28 million minutes, 11 of them with a request
+    assert dispersion_curve(t)[0]["bins"] == int(1.7e9 / 0.1) + 1
 
 
 def test_peak_summary_worked_example():
@@ -98,9 +114,7 @@ def test_peak_summary_worked_example():
     # the mean rate is the one definition: n arrivals have n - 1 gaps over the span
     assert summary["mean_rate_rps"] == pytest.approx((t.size - 1) / span)
     assert summary["peak_to_mean"]["60s"] == pytest.approx(31.0 / ((t.size - 1) / span), rel=1e-9)
-    starts, rates = rate_series(t, 60.0)
-    assert list(rates) == [1.0] * 10 + [31.0]
-    assert summary["peak_rate_rps"] == pytest.approx(np.percentile(rates, 99))
+    assert summary["peak_rate_rps"] == pytest.approx(np.percentile([1.0] * 10 + [31.0], 99))
 
 
 @pytest.mark.parametrize("n, resolution", [(3_000, 0.001), (150_000, 1e-6)])

@@ -73,6 +73,25 @@ def test_rate_table_keeps_the_peak_when_it_thins_a_long_series():
     assert "peak of 20" in rates["bin"][0]
 
 
+@pytest.mark.parametrize("max_points", [100_000, 1_000, 7])
+def test_rate_table_is_the_dense_series_envelope(max_points):
+    t = np.cumsum(np.random.default_rng(4).exponential(0.2, 20_000))
+    rates = charts.rate_table(t, widths_s=(1.0, 60.0), max_points=max_points)
+    for width in (1.0, 60.0):
+        dense = np.bincount(np.floor((t - t.min()) / width).astype(np.int64)) / width
+        group = max(1, -(-dense.size // max_points))
+        envelope = np.concatenate([dense, np.zeros(-dense.size % group)]).reshape(-1, group).max(axis=1)
+        got = rates.filter(rates["bin"].str.starts_with(f"{width:g} s"))
+        assert list(got["rate_rps"]) == list(envelope)
+        assert list(got["start_s"]) == list(np.arange(envelope.size) * width * group)
+
+
+def test_rate_table_of_a_trace_with_a_stray_timestamp_years_away_stays_small():
+    t = np.concatenate([np.arange(600.0), [1.7e9]])
+    rates = charts.rate_table(t, max_points=1_000)
+    assert rates.height <= 3 * 1_000 and rates["rate_rps"].max() == 1.0
+
+
 def test_capacity_simulation_and_recommendation_charts_export():
     from planner.charts import capacity as capacity_charts
     from planner.charts import recommend as recommend_charts

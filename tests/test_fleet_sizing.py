@@ -2,6 +2,7 @@
 block-bootstrap resamples keep bursts, and GPU options compare fleets by cost."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -103,6 +104,20 @@ def test_resamples_of_a_short_trace_keep_its_rate():
     sizes = [block_bootstrap(work, seed, block).n for seed in range(200)]
     assert np.mean(sizes) == pytest.approx(work.n, rel=0.03)
     assert all(np.ptp(block_bootstrap(work, s, block).arrival_s) <= np.ptp(work.arrival_s) + 1e-9 for s in range(20))
+
+
+def test_no_more_bootstrap_blocks_than_requests():
+    # a stray arrival 317 years after 200 others cut the span into 1.7e8 one-minute blocks: 24 GB, then killed
+    work = synthetic("requests=200,input=100,output=10,qps=1,seed=3")
+    work = replace(work, arrival_s=np.append(work.arrival_s[:-1], 1e10))
+    block = block_seconds(work)
+    assert block == pytest.approx(np.ptp(work.arrival_s) / 200)
+    # 200 blocks: the first holds the 199 requests of the first minutes, the last the stray one
+    draws = np.random.default_rng(1).integers(0, 200, 200)
+    assert block_bootstrap(work, 1, block).n == 199 * np.sum(draws == 0) + np.sum(draws == 199)
+    # a minute-block trace keeps its minutes: 8 requests a minute over an hour
+    busy = synthetic("requests=480,input=100,output=10,qps=0.1333,seed=3")
+    assert block_seconds(busy) == pytest.approx(np.ptp(busy.arrival_s) / round(np.ptp(busy.arrival_s) / 60))
 
 
 def test_the_plan_sizes_each_class_by_simulation_not_by_division():

@@ -147,6 +147,23 @@ def test_the_same_bytes_read_another_way_are_another_trace(con, tmp_path, monkey
     assert len(store.list_traces(con)) == 2
 
 
+@pytest.mark.parametrize("column, stray, kind", [
+    ([str(1_700_000_000 + i) for i in range(30)], "0", "epoch_s"),
+    ([str(1_700_000_000 + i) for i in range(30)], "1700000040000", "epoch_s"),
+    ([f"2024-01-01 00:00:{i:02d}" for i in range(30)], "1970-01-01 00:00:00", "datetime")])
+def test_a_stray_timestamp_is_a_reject_not_decades_of_trace(con, tmp_path, column, stray, kind):
+    # stored whole, one epoch 0 or one row in milliseconds made a 54-year trace that no rate could be drawn from
+    path = write(tmp_path / "stray.csv", "timestamp,input_tokens,output_tokens\n" +
+                 "".join(f"{t},{100 + i},20\n" for i, t in enumerate([*column[:12], stray, *column[12:]])))
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected, result.units["arrival"]) == (30, 1, kind)
+    assert store.rejects_of(con, result.trace_id) == [(13, f"{stray},112,20", (
+        f"arrival (column 'timestamp'): {stray} read as {kind} is not a time between 1973 and 2100 like the "
+        "column's others; expected one unit for the whole column (another row's unit, or a placeholder such as "
+        "0?)"))]
+    assert con.execute(f"SELECT max(arrival) FROM {store.requests_view(result.trace_id)}").fetchone()[0] == 29.0
+
+
 def test_names_are_made_unique(con, tmp_path):
     a = ingest_file(con, write(tmp_path / "a.csv", CSV), name="same")
     b = ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name="same")

@@ -73,3 +73,25 @@ def test_describe_resolution():
     assert describe_resolution(0.001) == "1 ms"
     assert describe_resolution(60.0) == "60 s"
     assert describe_resolution(None) == "unknown"
+
+
+@pytest.mark.parametrize("stray", ["0", "1700000040000", "-5"])
+def test_a_stray_value_leaves_a_column_of_epoch_seconds_epoch_seconds(stray):
+    # the smallest value alone decided: one epoch 0 made the whole column relative, 54 years long
+    values = [str(1_700_000_000 + 3 * i) for i in range(40)]
+    values.insert(17, stray)
+    assert infer_time_kind(values, "auto").kind == "epoch_s"
+    assert infer_time_kind(values, "s").kind == "epoch_s"
+
+
+@settings(max_examples=200, deadline=None)
+@given(unit=st.sampled_from(["s", "ms", "us", "ns"]), start=st.floats(min_value=0, max_value=5),
+       gaps=st.lists(st.floats(min_value=0.001, max_value=20), min_size=2, max_size=200))
+def test_times_counted_from_near_zero_stay_relative(unit, start, gaps):
+    # a relative column in microseconds runs past 1e8 (an epoch-second magnitude) within two minutes: it starts
+    # near 0 and spreads over its whole range, as no column of epoch times does
+    per_second = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[unit]
+    values = [f"{(start + sum(gaps[:i])) * per_second:.0f}" for i in range(len(gaps))]
+    assert infer_time_kind(values, unit).kind == f"relative_{unit}"
+    if unit == "s":
+        assert infer_time_kind(values, "auto").kind == "relative_s"

@@ -12,7 +12,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from planner.workload.fitting.arrivals import rate_series
+from planner.workload.fitting.arrivals import counts_per_bin
 from planner.workload.fitting.lengths import Candidate, LengthFit, exact_quantile
 
 TOP_FAMILIES = 3
@@ -115,12 +115,11 @@ def rate_table(arrivals_s: np.ndarray, widths_s: tuple[float, ...] = RATE_WIDTHS
     for width in widths_s:
         if t.max() - t.min() < width:
             continue
-        starts, rates = rate_series(t, width)
-        group = max(1, math.ceil(rates.size / max_points))
-        if group > 1:
-            pad = (-rates.size) % group
-            rates = np.concatenate([rates, np.zeros(pad)]).reshape(-1, group).max(axis=1)
-            starts = starts[::group]
+        binned = counts_per_bin(t, width)
+        group = max(1, math.ceil(binned.bins / max_points))
+        rates = np.zeros(math.ceil(binned.bins / group))
+        np.maximum.at(rates, binned.index // group, binned.counts / width)
+        starts = np.arange(rates.size) * (width * group)
         label = f"{width:g} s" + (f" (peak of {group})" if group > 1 else "")
         frames.append(pl.DataFrame({"start_s": starts, "rate_rps": rates, "bin": label}))
     if not frames:      # a trace shorter than the narrowest bin

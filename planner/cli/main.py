@@ -23,6 +23,7 @@ from planner.jsonable import clean
 from planner.output_files import writable_path, write_atomically
 from planner.traces import store
 from planner.traces.sources import FORMATS, Dialect
+from planner.traces.store_path import store_path
 
 
 def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -86,7 +87,7 @@ def cmd_split(args) -> None:
 
 def cmd_traces(args) -> None:
     # listing creates no store: where none is, there are no traces
-    traces = store.list_traces(store.open_store(args.db)) if store.store_path(args.db).exists() else []
+    traces = store.list_traces(store.open_store(args.db)) if store_path(args.db).exists() else []
     obj = {"traces": [{"trace_id": t.trace_id, "name": t.name, "rows": t.rows, "created": t.created,
                        "failed": t.failed, "rejected": t.rejected, "format": t.format, "layout": t.layout,
                        "source_file": t.source_file} for t in traces]}

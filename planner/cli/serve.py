@@ -9,13 +9,13 @@ from pathlib import Path
 
 from planner.cli.output import emit
 from planner.service.launch import APP_DIR, preflight, streamlit_argv
-from planner.traces import store
+from planner.traces.store_path import default_db_path
 
 
 def cmd_serve(args) -> None:
     if args.db:
         os.environ["PLANNER_DB"] = args.db
-    checked = preflight(APP_DIR, dict(os.environ), Path(store.default_db_path()))
+    checked = preflight(APP_DIR, dict(os.environ), Path(default_db_path()))
     if args.check:
         emit(args, checked.to_dict(), checked.summary())
         return

@@ -108,9 +108,11 @@ def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload
 
 def block_seconds(work: SimWorkload) -> float:
     """The bootstrap's block: the span divided evenly into whole blocks of about a minute (at least
-    :data:`MIN_BLOCKS`), so no block is partial and a resample spans what the trace spans."""
+    :data:`MIN_BLOCKS`, and no more blocks than requests), so no block is partial and a resample spans what the
+    trace spans. The cap keeps a resample's cost to its requests: one stray timestamp years off would otherwise
+    cut the span into 10⁸ minutes, most of them empty."""
     span = float(np.ptp(work.arrival_s)) if work.n else 0.0
-    return span / max(MIN_BLOCKS, round(span / BLOCK_S)) if span > 0 else 0.0
+    return span / max(MIN_BLOCKS, min(round(span / BLOCK_S), work.n)) if span > 0 else 0.0
 
 
 class FleetSearch:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from planner.traces.hash_ids import hash_ids_sql
 from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, latency_unit, normalize
 from planner.traces.sources import Source, sql_str
-from planner.traces.timestamps import TimeKind, arrival_sql, infer_time_kind
+from planner.traces.timestamps import WALL_CLOCK_RANGE_S, TimeKind, arrival_sql, infer_time_kind, seconds_sql
 
 _SAMPLE_ROWS = 20_000
 OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUBLE", "tpot_ms": "DOUBLE",
@@ -106,10 +106,17 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         units["arrival"] = time_kind.kind
         v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
         parsed.append(f"{arrival_sql(value['arrival'], time_kind)} AS __arrival")
-        bad.append("NOT coalesce(isfinite(__arrival), false)")
+        readable = "coalesce(isfinite(__arrival), false)"
+        outside = "false"
+        if time_kind.is_wall_clock:
+            first, last = WALL_CLOCK_RANGE_S
+            outside = f"NOT ({seconds_sql('__arrival', time_kind)} BETWEEN {first!r} AND {last!r})"
+        bad.append(f"NOT {readable} OR {outside}")
         reasons.append(f"CASE WHEN {blank('arrival')} THEN {lab} || ': missing' "
-                       f"WHEN NOT coalesce(isfinite(__arrival), false) "
-                       f"THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' END")
+                       f"WHEN NOT {readable} THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' "
+                       f"WHEN {outside} THEN {lab} || ': ' || {v} || ' read as {time_kind.kind} is not a time "
+                       "between 1973 and 2100 like the column''s others; expected one unit for the whole column "
+                       "(another row''s unit, or a placeholder such as 0?)' END")
     for fld in LATENCY_FIELDS:
         if fld not in mapping.columns:
             continue

@@ -18,6 +18,9 @@ _NUMBER = re.compile(r"^[+-]?(\d++)(?:\.(\d*+))?(?:[eE][+-]?\d++)?$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::(\d{2})(?:[.,](\d+))?)?")
 # Smallest epoch (in seconds) we accept as wall-clock: 1973-03-03. Smaller values are relative times.
 _EPOCH_FLOOR_S = 1e8
+# The wall-clock times a request log can hold: from _EPOCH_FLOOR_S to 2100-01-01. A column of epoch times with one
+# value outside (an epoch 0, a row in milliseconds among seconds) would stretch the trace over decades
+WALL_CLOCK_RANGE_S = (_EPOCH_FLOOR_S, 4_102_444_800.0)
 _ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
@@ -91,8 +94,7 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
         zoned = any(_ZONE.search(v, len(v) - 6) for v in values)
         return TimeKind("datetime", 1.0, resolution, zoned)
 
-    magnitudes = [abs(float(v)) for v in numeric]
-    low = min(magnitudes)
+    low = _deciding_magnitude([abs(float(v)) for v in numeric])
     if declared_unit == "auto":
         unit = next((u for u, floor in _MAGNITUDE_UNITS if low >= floor), None)
         kind = f"epoch_{unit}" if unit else "relative_s"
@@ -105,6 +107,18 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
     if resolution is not None:
         resolution = float(f"{resolution:.3g}")
     return TimeKind(kind, TIME_UNITS[unit], resolution)
+
+
+def _deciding_magnitude(magnitudes: list[float]) -> float:
+    """The magnitude that tells epoch times (and their unit) from relative ones: the smallest value, as relative
+    times start near 0; but where the bulk of the values (p5 to p95) lies within half its median, as epoch times
+    do, the median. A stray value (an epoch 0, a row in milliseconds among seconds) then leaves the column epoch
+    times, and is rejected as out of :data:`WALL_CLOCK_RANGE_S`, where the smallest value alone made the whole
+    column relative and stretched the trace over decades."""
+    ordered = sorted(magnitudes)
+    n = len(ordered)
+    p5, median, p95 = ordered[n // 20], ordered[n // 2], ordered[n - 1 - n // 20]
+    return median if p95 - p5 <= 0.5 * median else ordered[0]
 
 
 def arrival_sql(value_sql: str, kind: TimeKind) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -48,12 +49,38 @@ class ArrivalFit:
     gap_quantiles: dict[str, float] | None = None   # exact p50/p90/p99 of all gaps, ties included
 
 
-def counts_per_bin(arrivals_s: np.ndarray, width_s: float) -> np.ndarray:
-    """Requests per bin of ``width_s`` from the first arrival to the last, empty bins included."""
+class BinCounts(NamedTuple):
+    """Requests per bin of one width from the first arrival to the last, kept for the non-empty bins only: every
+    statistic of the counts follows without an array as long as the span (one stray timestamp years away from the
+    rest makes billions of one-second bins)."""
+
+    index: np.ndarray       # each non-empty bin's position (0: the first arrival's), ascending
+    counts: np.ndarray      # its requests
+    bins: int               # bins from the first arrival's to the last's, empty ones included
+
+
+def counts_per_bin(arrivals_s: np.ndarray, width_s: float) -> BinCounts:
+    """The arrivals' :class:`BinCounts` at a bin width of ``width_s``."""
     t = np.asarray(arrivals_s, dtype=float)
     t = t - t.min()
-    nbins = int(np.floor(t.max() / width_s)) + 1
-    return np.bincount(np.floor(t / width_s).astype(np.int64), minlength=nbins)
+    index, counts = np.unique(np.floor(t / width_s).astype(np.int64), return_counts=True)
+    return BinCounts(index, counts, int(np.floor(t.max() / width_s)) + 1)
+
+
+def _vmr(counts: np.ndarray, bins: int) -> float:
+    """Variance-to-mean ratio of the counts per bin, the ``bins − len(counts)`` empty bins included."""
+    mean = counts.sum() / bins
+    return float((float(counts @ counts) / bins - mean * mean) / mean)
+
+
+def _percentile(counts: np.ndarray, bins: int, q: float) -> float:
+    """``np.percentile`` of the counts per bin, empty bins included, at ``q`` (0–100)."""
+    ordered = np.sort(counts)
+    zeros = bins - ordered.size
+    position = q / 100 * (bins - 1)
+    lo, hi = int(np.floor(position)), int(np.ceil(position))
+    at = [0.0 if i < zeros else float(ordered[i - zeros]) for i in (lo, hi)]
+    return at[0] + (at[1] - at[0]) * (position - lo)
 
 
 def dispersion_curve(arrivals_s: np.ndarray, widths_s=DISPERSION_WIDTHS_S) -> list[dict]:
@@ -64,8 +91,8 @@ def dispersion_curve(arrivals_s: np.ndarray, widths_s=DISPERSION_WIDTHS_S) -> li
     for width in widths_s:
         if span / width < 10:
             continue
-        c = counts_per_bin(t, width)
-        out.append({"bin_s": float(width), "bins": int(c.size), "vmr": float(c.var() / c.mean())})
+        _, counts, bins = counts_per_bin(t, width)
+        out.append({"bin_s": float(width), "bins": bins, "vmr": _vmr(counts, bins)})
     return out
 
 
@@ -93,8 +120,8 @@ def poisson_test(arrivals_s: np.ndarray, min_bin_s: float = 0.0) -> PoissonTest 
     width = poisson_width_s(t.size, float(t.max() - t.min()) if t.size else 0.0, min_bin_s)
     if width is None:
         return None
-    c = counts_per_bin(t, width).astype(float)
-    return poisson_from_counts(width, c.size, float(c.sum()), float(c @ c))
+    _, counts, bins = counts_per_bin(t, width)
+    return poisson_from_counts(width, bins, float(counts.sum()), float(counts @ counts))
 
 
 @dataclass(frozen=True)
@@ -207,12 +234,6 @@ def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> A
     return fit_gaps(summary, resolution_s, lambda min_bin_s: poisson_test(t, min_bin_s))
 
 
-def rate_series(arrivals_s: np.ndarray, width_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Bin starts (s from the first arrival) and request rates (req/s) at one bin width."""
-    c = counts_per_bin(arrivals_s, width_s)
-    return np.arange(c.size) * width_s, c / width_s
-
-
 def peak_summary(arrivals_s: np.ndarray) -> dict:
     """Mean rate, peak-to-mean ratio per bin width, and the planning peak: p99 of per-minute rates."""
     t = np.asarray(arrivals_s, dtype=float)
@@ -221,8 +242,7 @@ def peak_summary(arrivals_s: np.ndarray) -> dict:
     peaks = {}
     for label, width in (("1s", 1.0), ("10s", 10.0), ("60s", 60.0)):
         if span >= width:
-            _, rates = rate_series(t, width)
-            peaks[label] = float(rates.max() / mean) if mean else None
-    per_minute = rate_series(t, 60.0)[1] if span >= 60 else None
+            peaks[label] = float(counts_per_bin(t, width).counts.max() / width / mean) if mean else None
+    per_minute = counts_per_bin(t, 60.0) if span >= 60 else None
     return {"mean_rate_rps": mean, "peak_to_mean": peaks,
-            "peak_rate_rps": float(np.percentile(per_minute, 99)) if per_minute is not None else None}
+            "peak_rate_rps": _percentile(per_minute.counts, per_minute.bins, 99) / 60.0 if per_minute is not None else None}
