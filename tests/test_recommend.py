@@ -126,6 +126,24 @@ def test_recommend_cli_contract(tmp_path):
     assert bad.returncode == 2 and "NAME:METRIC<VALUE" in bad.stderr
 
 
+def test_recommend_warns_that_refused_prompts_are_in_its_rates(tmp_path):
+    # 81% of the sample refused at --max-model-len 256 printed every class "ok" at 5x the rate one replica serves,
+    # the refusals a closing line of stdout
+    db = tmp_path / "r.duckdb"
+    rows = "".join(f"{i * 0.05},{100 + 50 * (i % 10)},20\n" for i in range(400))
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + rows)
+    cli_json("ingest", str(trace), "--quiet", db=db)
+    proc = run_cli("recommend", "long", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--max-model-len",
+                   "400", "--quiet", "--resamples", "0", "--slo", "batch:throughput", "--json", db=db)
+    note = ("160 of 400 requests (40.0%) were rejected: their prompts (up to 550 tokens) do not fit max_model_len "
+            "400, and vLLM refuses such requests. The latencies cover the rest, and the request rates count them as "
+            "arrivals though they cost the server nothing; to serve them, raise --max-model-len (this model allows "
+            "up to 8,192).")
+    assert json.loads(proc.stdout)["rejection_note"] == note
+    assert proc.stderr.splitlines() == [f"warning: {note}"]
+
+
 def test_details_explain_and_sweep(seed_search, seed_rows):
     from planner.recommend.diagnosis import class_details
 

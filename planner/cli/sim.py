@@ -212,8 +212,8 @@ def cmd_recommend(args) -> None:
              + f"  {r.launch_command}" for r in rec.classes]
     if comparison:
         lines += comparison.lines()
-    if rec.rejection_note:
-        lines.append(rec.rejection_note)
+    if rec.rejection_note:      # a warning, as the several-servers one: the rates above rest on it
+        print(f"warning: {rec.rejection_note}", file=sys.stderr)
     obj = {"trace": args.trace, **rec.to_dict()}
     if comparison:
         obj["gpu_options"] = comparison.to_dict()

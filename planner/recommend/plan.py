@@ -240,7 +240,7 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
         classes=out, rejected_too_long=too_long, requests=workload.n, router=options.router,
         headroom=options.headroom, max_queue_s=options.max_queue_s, price_per_gpu_hour=scenario.gpu.price_per_hour,
         rejection_note=rejection_note(workload.n, too_long, int(workload.input_tokens.max()),
-                                      scenario.max_model_len, scenario.model.max_position))
+                                      scenario.max_model_len, scenario.model.max_position, rated=True))
 
 
 def _with_fleet(row: ClassRecommendation, search: Search, slo: SLOClass, options: RecommendOptions,

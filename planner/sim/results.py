@@ -278,15 +278,17 @@ class SimulationSummary:
 
 
 def rejection_note(requests: int, too_long: int, longest_prompt: int, max_model_len: int,
-                   model_max_len: int) -> str | None:
-    """The sentence every simulating view shows when prompts exceed ``max_model_len``."""
+                   model_max_len: int, rated: bool = False) -> str | None:
+    """The sentence every simulating view shows when prompts exceed ``max_model_len``; ``rated``: the view gives
+    request rates (a recommendation's per replica), which count the refused requests as arrivals."""
     if not too_long:
         return None
     fix = (f"raise --max-model-len (this model allows up to {model_max_len:,})" if max_model_len < model_max_len
            else "serve a model with a longer context")
+    rates = ", and the request rates count them as arrivals though they cost the server nothing" if rated else ""
     return (f"{too_long:,} of {requests:,} requests ({too_long / requests:.1%}) were rejected: their prompts "
             f"(up to {longest_prompt:,} tokens) do not fit max_model_len {max_model_len:,}, and vLLM refuses such "
-            f"requests. The latencies cover the rest; to serve them, {fix}.")
+            f"requests. The latencies cover the rest{rates}; to serve them, {fix}.")
 
 
 def prefix_cache_stats(result: SimResult, mask: np.ndarray) -> dict:
