@@ -49,6 +49,8 @@ st.caption(f"Overheads: {plan.overheads_source}. requested = ceil({s.gpu_memory_
            f"{plan.weights_bytes_per_gpu / GiB:.2f}, activation {plan.activation_bytes / GiB:.2f}, non-torch "
            f"{plan.non_torch_bytes / GiB:.2f} GiB.")
 
+for problem in s.memory_problems:
+    st.warning(problem, icon=":material/memory:")
 if plan.override_warning:
     st.warning(plan.override_warning)
 budget, reservation, other, cache_tab = st.tabs(

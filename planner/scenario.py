@@ -248,13 +248,25 @@ class Scenario:
         """
         plan = self.memory
         if plan.num_blocks <= 0:
-            raise PlannerError(f"{self.model.name} on {self.tp}x {self.gpu.label}: no memory left for the KV cache "
-                               f"({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or --gpu-mem-util, or use "
-                               "--weight-dtype fp8")
+            raise PlannerError(self.memory_problems[0])
         return EngineSettings(self.max_num_seqs, self.max_num_batched_tokens, self.chunked_prefill,
                               self.block_size, plan.num_blocks, self.max_model_len, self.max_new_tokens, 0,
                               self.preemption, swap_block_seconds(self), self.reserve_quantile, self.priority,
                               prefix_caching=self.prefix_caching, async_scheduling=self.async_scheduling)
+
+    @cached_property
+    def memory_problems(self) -> tuple[str, ...]:
+        """Why vLLM would not start with this memory plan, one sentence each; empty when it would: no memory left
+        for the KV cache, or (vLLM V1's startup check) a pool too small for one request of ``max_model_len``."""
+        plan, where = self.memory, f"{self.model.name} on {self.tp}x {self.gpu.label}"
+        if plan.num_blocks <= 0:
+            return (f"{where}: no memory left for the KV cache ({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or "
+                    "--gpu-mem-util, or use --weight-dtype fp8",)
+        if self.engine_spec.v1_runtime and plan.kv_capacity_tokens < plan.max_model_len:
+            return (f"{where}: the KV cache holds {plan.kv_capacity_tokens:,} tokens, fewer than one request of "
+                    f"max_model_len {plan.max_model_len:,}, and vLLM refuses to start so; lower --max-model-len to "
+                    f"{plan.kv_capacity_tokens:,} or less, or raise --gpu-mem-util or --tp",)
+        return ()
 
     @cached_property
     def calibration_warnings(self) -> tuple[str, ...]:

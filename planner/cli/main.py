@@ -153,6 +153,8 @@ def cmd_memory(args) -> None:
         except ValueError as exc:
             raise PlannerError(f"--fit {args.fit!r}: expected SEQUENCESxTOKENS such as 32x4096") from exc
     report = capacity_report(scenario, lengths=lengths, fit=fit, reuse=reuse)
+    for problem in scenario.memory_problems:        # the plan is still shown: how far it is from fitting
+        print(f"warning: {problem}", file=sys.stderr)
     plan, gib = report.plan, 1024**3
     human = (f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}: {plan.param_count / 1e9:.2f}B params, "
              f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "
