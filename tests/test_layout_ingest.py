@@ -63,6 +63,15 @@ def test_vllm_benchmark_result_inf_rate(con, tmp_path):
     assert any("request_rate inf" in n for n in r.notes)
 
 
+def test_vllm_benchmark_result_of_one_token_outputs(con, tmp_path):
+    # every output one token: every itls list empty, which DuckDB types NULL[] ("No matching aggregate function")
+    result = {**bench_result("inf"), "output_lens": [1, 1], "itls": [[], []], "errors": ["", ""]}
+    r = ingest_file(con, write(tmp_path / "one.json", json.dumps(result)))
+    got = canonical_rows(con, r.trace_id, "input_tokens, output_tokens, ttft_ms, tpot_ms, e2e_ms")
+    assert got == [(100, 1, pytest.approx(100.0), None, pytest.approx(100.0)),
+                   (200, 1, pytest.approx(300.0), None, pytest.approx(300.0))]
+
+
 def test_vllm_benchmark_result_finite_rate_has_no_times(con, tmp_path):
     r = ingest_file(con, write(tmp_path / "bench4.json", json.dumps(bench_result(4.0))))
     assert r.rows == 2 and not r.has_timestamps

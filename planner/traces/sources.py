@@ -322,9 +322,11 @@ def _vllm_benchmark_reader(con, reader: str, columns: dict[str, str]) -> tuple[s
     if "ttfts" in columns:
         select.append("unnest(ttfts) AS ttft_s")
     if "itls" in columns:
-        select.append("list_avg(unnest(itls)) AS tpot_s")
+        # typed as numbers: a run whose every output is one token has only empty lists, which DuckDB types NULL[]
+        itls = "CAST(unnest(itls) AS DOUBLE[])"
+        select.append(f"list_avg({itls}) AS tpot_s")
         if "ttfts" in columns:
-            select.append("unnest(ttfts) + coalesce(list_sum(unnest(itls)), 0) AS e2e_s")
+            select.append(f"unnest(ttfts) + coalesce(list_sum({itls}), 0) AS e2e_s")
     if "errors" in columns:
         select.append("nullif(unnest(errors), '') AS error")
     rate = None
