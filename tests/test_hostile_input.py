@@ -382,6 +382,22 @@ def test_an_output_file_never_overwrites_a_trace_store(capsys, db, tmp_path, arg
     assert snapshot(db) == before
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["rejects", "t", "-o", "OUT/x.parquet"], "-o OUT/x.parquet: rejects are written as CSV; expected a file name "
+     "ending .csv"),
+    (["report", "t", *MODEL, "-o", "OUT/r.html", "--format", "md"], "--format md with -o OUT/r.html, a .html name: "
+     "expected a file name ending .md, or no --format"),
+    (["report", "t", *MODEL, "-o", "OUT/r.pdf"], "-o OUT/r.pdf: .pdf is no report format; expected one of html, "
+     "md, json (the extension, or --format)"),
+    (["report", "t", *MODEL, "-o", "OUT/r.html", "-o", "OUT/r.html"], "-o OUT/r.html is given twice; expected "
+     "each report file once")])
+def test_an_output_named_for_another_format_is_refused(capsys, db, tmp_path, argv, message):
+    # rejects written as CSV into x.parquet, Markdown into r.html, one report written twice: all exit 0 before
+    argv = [a.replace("OUT", str(tmp_path)) for a in argv]
+    assert refused(capsys, *argv, db=db) == "error: " + message.replace("OUT", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argv", [["stats", "t"], ["fit", "t", "--field", "input_tokens"], ["rejects", "t"],
                                   ["memory", *MODEL, "--trace", "t"], ["simulate", *MODEL, "--trace", "t"],
                                   ["calibrate", *MODEL, "--trace", "t", "-o", "OUT.json"],

@@ -167,6 +167,8 @@ def cmd_memory(args) -> None:
 
 def cmd_rejects(args) -> None:
     target = writable_path("-o", args.output) if args.output else None
+    if target and target.suffix.lower() != ".csv":
+        raise PlannerError(f"-o {args.output}: rejects are written as CSV; expected a file name ending .csv")
     con = store.open_store(args.db, create=False)
     info = store.get_trace(con, args.trace)
     rows = store.rejects_of(con, info.trace_id)

@@ -22,9 +22,16 @@ def _targets(args) -> list[tuple[Path, str]]:
     out = []
     for name in args.output:
         path = writable_path("-o", name)
-        fmt = args.format or (path.suffix.lstrip(".").lower() if path.suffix else "html")
+        suffix = path.suffix.lstrip(".").lower()
+        if args.format and suffix in FORMATS and suffix != args.format:
+            raise PlannerError(f"--format {args.format} with -o {name}, a .{suffix} name: expected a file name "
+                               f"ending .{args.format}, or no --format")
+        fmt = args.format or suffix or "html"
         if fmt not in FORMATS:
-            raise PlannerError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+            raise PlannerError(f"-o {name}: .{suffix} is no report format; expected one of {', '.join(FORMATS)} "
+                               "(the extension, or --format)")
+        if any(path == seen for seen, _ in out):
+            raise PlannerError(f"-o {name} is given twice; expected each report file once")
         out.append((path, fmt))
     return out
 
