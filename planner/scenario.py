@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from planner.capacity.memory import (KV_DTYPE_BYTES, LOG_SOURCE, Overheads, default_batched_tokens,
-                                     default_max_num_seqs, plan_memory)
+                                     default_max_num_seqs, plan_memory, startup_problems)
 from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gpu
 from planner.catalog.releases import VLLM_ENGINES, VllmRelease, default_version, engine_versions, vllm_release
@@ -256,17 +256,8 @@ class Scenario:
 
     @cached_property
     def memory_problems(self) -> tuple[str, ...]:
-        """Why vLLM would not start with this memory plan, one sentence each; empty when it would: no memory left
-        for the KV cache, or (vLLM V1's startup check) a pool too small for one request of ``max_model_len``."""
-        plan, where = self.memory, f"{self.model.name} on {self.tp}x {self.gpu.label}"
-        if plan.num_blocks <= 0:
-            return (f"{where}: no memory left for the KV cache ({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or "
-                    "--gpu-mem-util, or use --weight-dtype fp8",)
-        if self.engine_spec.v1_runtime and plan.kv_capacity_tokens < plan.max_model_len:
-            return (f"{where}: the KV cache holds {plan.kv_capacity_tokens:,} tokens, fewer than one request of "
-                    f"max_model_len {plan.max_model_len:,}, and vLLM refuses to start so; lower --max-model-len to "
-                    f"{plan.kv_capacity_tokens:,} or less, or raise --gpu-mem-util or --tp",)
-        return ()
+        """Why vLLM would not start with this memory plan (:func:`planner.capacity.memory.startup_problems`)."""
+        return startup_problems(self)
 
     @cached_property
     def calibration_warnings(self) -> tuple[str, ...]:

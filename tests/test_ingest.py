@@ -169,6 +169,19 @@ def test_names_are_made_unique(con, tmp_path):
     b = ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name="same")
     assert (a.name, b.name) == ("same", "same-2")
     assert store.get_trace(con, "same-2").trace_id == b.trace_id
+    # a name the user chose and did not get is said; a default one (the file's) is made unique quietly
+    assert b.notes[-1] == "named same-2: a trace named same is stored already"
+    (tmp_path / "sub").mkdir()
+    c = ingest_file(con, write(tmp_path / "sub" / "same.csv", CSV + "2024-01-01 00:00:05,1,1,1\n"))
+    assert c.name == "same-3" and not any(n.startswith("named ") for n in c.notes)
+
+
+def test_a_name_that_reads_as_a_trace_id_is_refused(con, tmp_path):
+    # `stats NAME` finds the trace whose id it is first: a trace so named could not be found by its name
+    first = ingest_file(con, write(tmp_path / "a.csv", CSV))
+    with pytest.raises(PlannerError, match=rf"--name '{first.trace_id}': reads as a trace id \(16 hex digits\)"):
+        ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name=first.trace_id)
+    assert len(store.list_traces(con)) == 1
 
 
 @pytest.mark.parametrize("content, needle", [

@@ -196,6 +196,20 @@ def _blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, m
     return full + min(window, full)         # hybrid: one full-attention and one sliding group, equal sizes
 
 
+def startup_problems(scenario: Scenario) -> tuple[str, ...]:
+    """Why vLLM would not start with the scenario's memory plan, one sentence each; empty when it would: no memory
+    left for the KV cache, or (vLLM V1's startup check) a pool too small for one request of ``max_model_len``."""
+    plan, where = scenario.memory, f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}"
+    if plan.num_blocks <= 0:
+        return (f"{where}: no memory left for the KV cache ({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or "
+                "--gpu-mem-util, or use --weight-dtype fp8",)
+    if scenario.engine_spec.v1_runtime and plan.kv_capacity_tokens < plan.max_model_len:
+        return (f"{where}: the KV cache holds {plan.kv_capacity_tokens:,} tokens, fewer than one request of "
+                f"max_model_len {plan.max_model_len:,}, and vLLM refuses to start so; lower --max-model-len to "
+                f"{plan.kv_capacity_tokens:,} or less, or raise --gpu-mem-util or --tp",)
+    return ()
+
+
 def plan_memory(scenario: Scenario) -> MemoryPlan:
     """vLLM V1's KV budget for one GPU of the scenario's tensor-parallel group.
 

@@ -109,8 +109,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
     PlannerError
         For unreadable, empty, binary or malformed files and unusable mappings; the store is left unchanged.
     """
-    if name is not None and not name.strip():
-        raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
+    store.check_name(name)
     if fmt != "auto" and fmt not in FORMATS:
         raise PlannerError(f"unknown format {fmt!r}; expected auto or one of {', '.join(FORMATS)}")
     check_overrides(overrides, unit_overrides)
@@ -192,7 +191,8 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 f"FROM {data} WHERE reject IS NULL")
             if rejected:
                 notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
-            trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)))
+            trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)),
+                                           notes if name else None)
             if spans:
                 notes.append(f"read from {len(fileset.paths):,} files ({fileset.kind} {fileset.spec}); rows are "
                              "numbered through them in path order, and a reject names its file and its row there")

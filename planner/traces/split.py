@@ -57,8 +57,7 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         For a summary (it counts requests, not who served them), a trace naming fewer than two models (nothing to
         split) or a model the trace does not name (the message lists those it names).
     """
-    if name is not None and not name.strip():
-        raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
+    store.check_name(name)
     report = on_progress or (lambda f, m: None)
     # all under the write lock: the source cannot go while it is read, and a split of the same model by another
     # session is either stored or not begun
@@ -84,9 +83,9 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         source = store.requests_view(info.trace_id)
         others = sum(counts.values()) - counts[model]
         unnamed = info.rows - sum(counts.values())
-        note = (f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says "
-                f"{model} served, numbered as there; {others:,} rows of other models"
-                + (f" and {unnamed:,} naming none" if unnamed else "") + " left out")
+        notes = [f"split off {info.name} ({info.trace_id}): the {counts[model]:,} rows its model column says "
+                 f"{model} served, numbered as there; {others:,} rows of other models"
+                 + (f" and {unnamed:,} naming none" if unnamed else "") + " left out"]
         columns = [c for c in cur.sql(f"SELECT * FROM {source} LIMIT 0").columns if c not in ("row", "arrival")]
         t0 = cur.execute(f"SELECT min(arrival) FROM {source} WHERE model = $m", {"m": model}).fetchone()[0]
         copying = f"copying {counts[model]:,} rows"
@@ -103,6 +102,7 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         stem = model.rstrip("/").rsplit("/", 1)[-1] or model
         cur.execute("INSERT INTO trace_files SELECT $id, idx, path, bytes, first_row, source_rows FROM trace_files "
                     "WHERE trace_id = $p", {"id": trace_id, "p": info.trace_id})
+        trace_name = store.unique_name(cur, name or f"{info.name}-{stem}", notes if name else None)
         cur.execute(
             "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
             "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
@@ -110,8 +110,7 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
             "compression, layout, mapping, units, dialect, $rows, 0, $failed, has_timestamps, time_kind, "
             "timestamp_resolution_s, start_epoch_s + $t0, $notes, now()::TIMESTAMP, files, source_bytes "
             "FROM traces WHERE trace_id = $p",
-            {"id": trace_id, "name": store.unique_name(cur, name or f"{info.name}-{stem}"), "sha": sha,
-             "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps([note]), "p": info.trace_id})
+            {"id": trace_id, "name": trace_name, "sha": sha, "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps(notes), "p": info.trace_id})
         store.link_owner(cur, trace_id, owner)
     report(1.0, "stored")
     return result_from_trace(store.get_trace(con, trace_id), None)

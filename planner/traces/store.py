@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -271,13 +272,26 @@ def trace_files(con: duckdb.DuckDBPyConnection, trace_id: str) -> list[dict]:
     return [dict(zip(rel.columns, r, strict=True)) for r in rel.fetchall()]
 
 
-def unique_name(con: duckdb.DuckDBPyConnection, wanted: str) -> str:
-    """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken."""
+def check_name(name: str | None) -> None:
+    """Refuse a trace name the user chose (``--name``; None: none chosen) that is blank, or that reads as a trace id
+    (16 hex digits): a trace is looked up by id first, so one so named could not be found by its name."""
+    if name is not None and not name.strip():
+        raise PlannerError(f"--name {name!r}: expected a trace name with at least one visible character")
+    if name is not None and re.fullmatch(r"[0-9a-f]{16}", name):
+        raise PlannerError(f"--name {name!r}: reads as a trace id (16 hex digits), which is looked up before any "
+                           "name; expected another name")
+
+
+def unique_name(con: duckdb.DuckDBPyConnection, wanted: str, chosen_notes: list[str] | None = None) -> str:
+    """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken; where the user chose ``wanted``, a note
+    appended to ``chosen_notes`` says it was taken."""
     cur = con.cursor()
     taken = {r[0] for r in cur.execute("SELECT name FROM traces").fetchall()}
     name, n = wanted, 2
     while name in taken:
         name, n = f"{wanted}-{n}", n + 1
+    if chosen_notes is not None and name != wanted:
+        chosen_notes.append(f"named {name}: a trace named {wanted} is stored already")
     return name
 
 

@@ -94,6 +94,7 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
     """
     from planner.traces.ingest import already_stored, result_from_trace
 
+    store.check_name(name)
     folder = Path(folder)
     if not folder.is_dir():
         raise PlannerError(f"--summary {folder}: expected a folder holding summary.sql's tables "
@@ -122,13 +123,13 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
         timed = "arrival_counts" in found
         notes = [f"a summary ({', '.join(found)}) of {requests:,} requests, read from {len(paths):,} files: "
                  "lengths and rates are exact, inter-arrival gaps and request-level latencies are not kept"]
+        trace_name = store.unique_name(cur, name or folder.resolve().name, notes if name else None)
         cur.execute(
             "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
             "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
             "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, 'none', $layout, '{}', "
             "$units, NULL, $rows, 0, 0, $timed, $kind, $res, NULL, $notes, now()::TIMESTAMP, $files)",
-            {"id": trace_id, "name": store.unique_name(cur, name or folder.resolve().name), "src": str(folder),
-             "sha": sha, "fmt": sources["length_counts"], "layout": SUMMARY_LAYOUT,
+            {"id": trace_id, "name": trace_name, "src": str(folder), "sha": sha, "fmt": sources["length_counts"], "layout": SUMMARY_LAYOUT,
              "units": json.dumps({"arrival": "relative_s"} if timed else {}), "rows": int(requests),
              "timed": timed, "kind": "relative_s" if timed else None, "res": 1.0 if timed else None,
              "notes": json.dumps(notes), "files": len(paths)})
