@@ -133,13 +133,14 @@ def test_workspaces_list_each_users_traces_and_the_shared_ones(con, tmp_path):
     assert ingest_file(con, SAMPLE_PATH, owner="bob@example.com").duplicate_of == shared.trace_id
     assert "sample" in {t.name for t in store.list_traces(con, "alice@example.com")}
     assert shared.trace_id not in store.owned_trace_ids(con, "bob@example.com")
-    # a shared trace is nobody's to remove, whatever a user names their own trace
-    ingest_file(con, write_trace(tmp_path / "c.csv", 40, 3), name=shared.trace_id, owner="bob@example.com")
+    # a shared trace is nobody's to remove, and no user's trace takes its id for a name
+    with pytest.raises(PlannerError, match="reads as a trace id"):
+        ingest_file(con, write_trace(tmp_path / "c.csv", 40, 3), name=shared.trace_id, owner="bob@example.com")
     with pytest.raises(PlannerError, match="not in your workspace"):
         store.remove_trace(con, shared.trace_id, "bob@example.com")
     assert store.get_trace(con, shared.trace_id).name == "sample"
     store.remove_trace(con, bob.trace_id, "bob@example.com")                  # nobody else has it: deleted
-    assert {t.name for t in store.list_traces(con)} == {"sample", "a", shared.trace_id}
+    assert {t.name for t in store.list_traces(con)} == {"sample", "a"}
     assert store.owned_trace_ids(con, "alice@example.com") == {alice.trace_id} and shared.rows == 8397
 
 
