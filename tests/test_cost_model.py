@@ -156,6 +156,24 @@ def test_calibration_from_iterations_recovers_the_parameters(tmp_path):
     assert not any("roofline_p ended at" in w for w in added["warnings"])
 
 
+def test_steps_no_server_of_the_scenario_runs_are_said(tmp_path):
+    # 5,000 sequences of 8,000 tokens (80x the pool, 20x max_num_seqs) were fitted and written without a word
+    path = tmp_path / "p.csv"
+    path.write_text("prefill_tokens,prefill_count,decode_count,decode_context,step_ms\n512,1,0,0,40\n"
+                    "2048,1,0,0,150\n0,0,8,512,15\n0,0,64,1024,20\n0,0,5000,8000,4000\n0,0,128,256,19\n"
+                    "0,0,300,100,25\n")
+    assert fit_points(S(), read_points(path))["warnings"][0] == (
+        "line 6 (and 1 more) holds 5,000 sequences, more than max_num_seqs 256 and 2,505,000 KV blocks, more than "
+        f"the {S().memory.num_blocks:,} of the pool: no server of this scenario runs that step, so it was timed on "
+        "another (check --max-num-seqs and the memory flags against the measured server's) or the row is mistyped")
+    path.write_text("\n".join(path.read_text().splitlines()[:5] + path.read_text().splitlines()[6:7]) + "\n")
+    assert not any("no server of this scenario" in w for w in fit_points(S(), read_points(path))["warnings"])
+    proc = run_cli("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "300x100", "--json",
+                   db=tmp_path / "s.duckdb")
+    assert proc.stderr == ("warning: this step holds 300 sequences, more than max_num_seqs 256: the server never "
+                           "runs it, so its time is extrapolated\n")
+
+
 def test_calibration_from_a_simulated_trace_recovers_mfu_and_mbu():
     truth = CostParams(mfu=0.42, mbu=0.68)
     work = synthetic("requests=600,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=5")
@@ -547,7 +565,9 @@ def test_calibration_names_the_parameters_the_data_cannot_pin_down(tmp_path):
     # with prefill rows MFU is pinned; overheads this small stay below timing noise even then, and so does a knee
     # as sharp as the A100's 8 (a tenth more or less turns the few rows near the ridge by under 1%)
     full = fit_points(S(), read_points(measured_points(tmp_path / "p.csv")))["warnings"]
-    assert [w.split(" ")[0] for w in full] == ["step_overhead_s", "seq_overhead_s", "roofline_p"]
+    assert [w.split(" ")[0] for w in full] == ["line", "step_overhead_s", "seq_overhead_s", "roofline_p"]
+    # (256 sequences of 2,048 tokens are more than the A100's pool holds for Llama-3-8B: the rows are synthetic)
+    assert full[0].startswith("line 15 holds 33,024 KV blocks, more than the 28,053 of the pool")
 
 
 def test_step_times_the_model_cannot_follow_are_refused_and_a_missing_kind_of_row_named(tmp_path):

@@ -20,7 +20,7 @@ from planner.traces import store
 
 def cmd_step(args) -> None:
     from planner.sim.cost_model import predict_step
-    from planner.sim.step_spec import parse_decode, parse_prefill
+    from planner.sim.step_spec import beyond_limits, parse_decode, parse_prefill
 
     prefills = [chunk for spec in args.prefill or [] for chunk in parse_prefill(spec)]
     decodes = [parse_decode(spec) for spec in args.decode or []]
@@ -30,6 +30,9 @@ def cmd_step(args) -> None:
     except PlannerError as exc:     # the step's kernels still have a time (the contract's answer); say it never runs
         print(f"warning: {exc}: vLLM would not start, so this step's time is its kernels' alone", file=sys.stderr)
     obj = predict_step(scenario, prefills, decodes)
+    if beyond := beyond_limits(scenario, prefills, decodes):
+        print(f"warning: this step holds {' and '.join(beyond)}: the server never runs it, so its time is "
+              "extrapolated", file=sys.stderr)
     _emit(args, obj, f"{obj['step_ms']:.3f} ms ({obj['bound']}-bound): compute {obj['compute_ms']:.3f} ms, memory "
                      f"{obj['memory_ms']:.3f} ms, overheads {obj['overhead_ms']:.3f} ms")
 

@@ -19,7 +19,7 @@ from scipy import optimize
 
 from planner.errors import PlannerError, first_line
 from planner.sim.cost_model import PARAM_RANGES, SHARPEST_KNEE, CostParams, coefficients, step_seconds
-from planner.sim.step_spec import MAX_STEP_SEQUENCES, batch_aggregates
+from planner.sim.step_spec import MAX_STEP_SEQUENCES, batch_aggregates, beyond_limits
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -157,9 +157,10 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] |
         pl.max_horizontal("prefill_tokens", pl.col("decode_context") + (pl.col("decode_count") > 0))
         > scenario.max_model_len)
     if longest.height:
-        raise PlannerError(f"--points: line {longest['row'][0]} (and {longest.height - 1} more) holds a sequence "
-                           f"longer than --max-model-len ({scenario.max_model_len:,}): no engine runs that step; "
-                           "raise --max-model-len to the measured server's")
+        more = f" (and {longest.height - 1} more)" if longest.height > 1 else ""
+        raise PlannerError(f"--points: line {longest['row'][0]}{more} holds a sequence longer than --max-model-len "
+                           f"({scenario.max_model_len:,}): no engine runs that step; raise --max-model-len to the "
+                           "measured server's")
     measured = frame["step_ms"].to_numpy()
     aggs = _aggregates(frame)
     steps = _steps(frame)
@@ -177,7 +178,8 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] |
     remedy = ("rows of the kind it governs (prefill-bound for mfu, decode-bound for mbu, many small steps for the "
               "overheads, batches on both sides of the ridge for the knee)")
     floored = _at_zero(fit, params, names)
-    report["warnings"] = [*_absent_kinds(frame), *at_bound(params, names), *floored.values(),
+    report["warnings"] = [*_beyond_limits(scenario, frame), *_absent_kinds(frame), *at_bound(params, names),
+                          *floored.values(),
                           *weak({k: v for k, v in moves.items() if k not in floored}, "step times", remedy),
                           *_traded_off(fit, names, [j for j, name in enumerate(names) if moves[name] >= WEAK])]
     report["cross_validated"] = _cross_validated(scenario, frame, aggs, measured, steps, names)
@@ -237,6 +239,19 @@ def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measur
             "worst_abs_error": float(np.max(np.abs(rel))), "bias": float(np.median(rel)),
             "residuals": [{"measured_ms": float(m), "predicted_ms": float(p), "error": float(r)}
                           for m, p, r in zip(measured, held, rel, strict=True)]}
+
+
+def _beyond_limits(scenario: Scenario, frame: pl.DataFrame) -> list[str]:
+    """A warning naming the rows the scenario's server could never have run (:func:`beyond_limits`): the step was
+    timed on another server (other limits or memory than the scenario's), or the row is mistyped."""
+    lines = [(line, why) for line, (p, pc, dc, ctx, _) in enumerate(frame.iter_rows(), 2)
+             if (why := beyond_limits(scenario, [(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))]
+    if not lines:
+        return []
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    return [f"line {lines[0][0]}{more} holds {' and '.join(lines[0][1])}: no server of this scenario runs that "
+            "step, so it was timed on another (check --max-num-seqs and the memory flags against the measured "
+            "server's) or the row is mistyped"]
 
 
 def _absent_kinds(frame: pl.DataFrame) -> list[str]:

@@ -5,8 +5,13 @@ aggregates the cost model prices (:func:`planner.sim.cost_model.step_seconds`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from planner.errors import PlannerError
 from planner.limits import MAX_COUNT
+
+if TYPE_CHECKING:
+    from planner.scenario import Scenario
 
 
 def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> tuple[float, ...]:
@@ -17,6 +22,20 @@ def batch_aggregates(prefills: list[tuple[int, int]], decodes: list[tuple[int, i
     decode_count = float(sum(m for m, _ in decodes))
     context = float(sum(k for _, k in prefills) + sum(m * k for m, k in decodes))
     return prefill_tokens, pairs, decode_count, context, float(len(prefills)) + decode_count
+
+
+def beyond_limits(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> list[str]:
+    """Why the scenario's server never runs this step, one clause each (empty when it could): more sequences than
+    ``max_num_seqs``, or more KV than its block pool holds (each sequence's context and new tokens, in whole
+    blocks). A step past them is extrapolated: no measurement or prediction of it is one of this server's."""
+    sequences = len(prefills) + sum(m for m, _ in decodes)
+    out = [f"{sequences:,} sequences, more than max_num_seqs {scenario.max_num_seqs:,}"] \
+        if sequences > scenario.max_num_seqs else []
+    plan, block = scenario.memory, scenario.block_size
+    blocks = sum(-(-(n + k) // block) for n, k in prefills) + sum(m * -(-(k + 1) // block) for m, k in decodes)
+    if plan.num_blocks > 0 and blocks > plan.num_blocks:
+        out.append(f"{blocks:,} KV blocks, more than the {plan.num_blocks:,} of the pool")
+    return out
 
 
 # sequences one step spec may name: past any engine's max_num_seqs (vLLM's default is 256 to 1,024)
