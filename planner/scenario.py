@@ -131,7 +131,9 @@ class Scenario:
             raise PlannerError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
         if self.preemption not in engine.preemption_modes:
             raise PlannerError(f"--preemption {self.preemption!r}: {engine.label} preempts by "
-                               f"{' or '.join(engine.preemption_modes)}")
+                               f"{' or '.join(engine.preemption_modes)} only; expected --preemption "
+                               f"{' or '.join(engine.preemption_modes)}"
+                               + (", or --engine vllm-v0 to swap" if self.preemption == "swap" else ""))
         if self.max_new_tokens is not None:
             set_(self, "max_new_tokens", _integer("max_new_tokens", self.max_new_tokens, low=1))
         _choice("priority", self.priority, PRIORITIES)

@@ -398,6 +398,29 @@ def test_an_output_named_for_another_format_is_refused(capsys, db, tmp_path, arg
     assert list(tmp_path.iterdir()) == []
 
 
+def test_mistakes_get_a_message_naming_them(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({k: v for k, v in CONFIG.items() if k != "model_type"}))
+    assert refused(capsys, "memory", "--model", str(config), "--gpu", "a100-80gb-sxm") == (
+        "error: config.json has no model_type: expected a Hugging Face model config, whose model_type names its "
+        "architecture (one of " + refused(capsys, "memory", "--model", str(write(tmp_path / "c2.json", json.dumps(
+            {**CONFIG, "model_type": "nope"}))), "--gpu", "a100-80gb-sxm").split("expected one of ")[1] + ")")
+    spec = ["simulate", *MODEL, "--synthetic"]
+    assert refused(capsys, *spec, "requests=5;input=10;output=5;qps=1") == (
+        "error: --synthetic item 'requests=5;input=10;output=5;qps=1': items are separated by commas; expected "
+        "requests=N,input=LEN,output=LEN,qps=Q")
+    assert refused(capsys, *spec, "requests=5,input=10,output=5,qps=1,requests=7") == (
+        "error: --synthetic gives requests twice; expected each key once")
+
+
+def test_a_count_past_any_request_is_named_as_such(con, tmp_path):
+    result = ingest_file(con, write(tmp_path / "big.csv", "input_tokens,output_tokens\n99999999999999999999,5\n"
+                                    "10,5\n"))
+    assert store.rejects_of(con, result.trace_id)[0][2] == (
+        "input_tokens (column 'input_tokens'): 99999999999999999999 is more tokens than any request holds; "
+        "expected a count below 2^53")
+
+
 @pytest.mark.parametrize("argv", [["stats", "t"], ["fit", "t", "--field", "input_tokens"], ["rejects", "t"],
                                   ["memory", *MODEL, "--trace", "t"], ["simulate", *MODEL, "--trace", "t"],
                                   ["calibrate", *MODEL, "--trace", "t", "-o", "OUT.json"],

@@ -38,7 +38,8 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
     ({"kv_cache_dtype": "fp4"}, "--kv-cache-dtype 'fp4': expected one of auto"),
     ({"weight_dtype": "fp6"}, "--weight-dtype 'fp6': expected one of bf16"),
     ({"engine": "nope"}, "--engine 'nope': expected one of vllm-v1"),
-    ({"preemption": "swap"}, "--preemption 'swap': vLLM V1 preempts by recompute"),
+    ({"preemption": "swap"}, "--preemption 'swap': vLLM V1 preempts by recompute only; expected --preemption "
+                              "recompute, or --engine vllm-v0 to swap"),
     ({"engine": "tgi", "reserve_quantile": 0.9}, "remedies of the vllm-v1 engine, not of tgi"),
     ({"reserve_quantile": 1.5}, "--reserve-predicted 1.5: expected a quantile"),
     ({"priority": "random"}, "--priority 'random': expected one of fcfs, shortest-predicted"),

@@ -85,6 +85,9 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
     model_type = str(cfg.get("model_type", "")).lower()
     if model_type in ("refinedweb", "refinedwebmodel"):
         model_type = "falcon"
+    if not model_type:
+        raise PlannerError("config.json has no model_type: expected a Hugging Face model config, whose model_type "
+                           f"names its architecture (one of {', '.join(FAMILIES)})")
     if model_type not in FAMILIES:
         raise PlannerError(f"config.json model_type {cfg.get('model_type')!r} is not supported: expected one of "
                            f"{', '.join(FAMILIES)}")

@@ -139,6 +139,11 @@ def synthetic(spec: str) -> SimWorkload:
         key, sep, value = item.partition("=")
         if not sep:
             raise PlannerError(f"--synthetic item {item!r}: expected key=value")
+        if ";" in value:
+            raise PlannerError(f"--synthetic item {item!r}: items are separated by commas; expected "
+                               "requests=N,input=LEN,output=LEN,qps=Q")
+        if key.strip() in fields:
+            raise PlannerError(f"--synthetic gives {key.strip()} twice; expected each key once")
         fields[key.strip()] = value.strip()
     missing = [k for k in ("requests", "input", "output", "qps") if k not in fields]
     if missing:

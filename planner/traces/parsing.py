@@ -96,8 +96,9 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
                 f"CASE WHEN {blank(fld)} THEN {lab} || ': missing' "
                 f"WHEN {x} IS NULL OR NOT isfinite({x}) THEN {lab} || ': ' || {v} || ' is not a number' "
                 f"WHEN {x} < 0 THEN {lab} || ': ' || {v} || ' is negative' "
-                f"WHEN {x} <> floor({x}) OR {x} >= {_MAX_WHOLE_TOKENS!r} "
-                f"THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' END")
+                f"WHEN {x} <> floor({x}) THEN {lab} || ': ' || {v} || ' is not a whole number of tokens' "
+                f"WHEN {x} >= {_MAX_WHOLE_TOKENS!r} THEN {lab} || ': ' || {v} || ' is more tokens than any request "
+                "holds; expected a count below 2^53' END")
         if fld == "input_tokens":
             input_ok = ok
         bad.append(f"NOT {ok}")
