@@ -202,9 +202,10 @@ class Scenario:
                         low=1)
         batched = _integer("max_num_batched_tokens", self.max_num_batched_tokens
                            if self.max_num_batched_tokens is not None else auto["max_num_batched_tokens"], low=1)
-        if batched < seqs:
-            raise PlannerError(f"--max-num-batched-tokens {batched}: expected at least --max-num-seqs ({seqs}), as "
-                               "vLLM requires")
+        if batched < seqs:      # named by the flag given: the other may be a default
+            given = f"--max-num-batched-tokens {batched}" if self.max_num_batched_tokens else f"--max-num-seqs {seqs}"
+            raise PlannerError(f"{given}: expected --max-num-batched-tokens ({batched}) at least --max-num-seqs "
+                               f"({seqs}), as vLLM requires")
         if not self.chunked_prefill and batched < self.max_model_len:
             raise PlannerError(f"--max-num-batched-tokens {batched}: without chunked prefill it must hold a whole "
                                f"prompt; expected at least --max-model-len ({self.max_model_len})")

@@ -405,6 +405,8 @@ def test_mistakes_get_a_message_naming_them(capsys, tmp_path):
         "error: config.json has no model_type: expected a Hugging Face model config, whose model_type names its "
         "architecture (one of " + refused(capsys, "memory", "--model", str(write(tmp_path / "c2.json", json.dumps(
             {**CONFIG, "model_type": "nope"}))), "--gpu", "a100-80gb-sxm").split("expected one of ")[1] + ")")
+    assert refused(capsys, "memory", *MODEL, "--fit", "32x999999") == (
+        "error: --fit 32x999999: llama-3-8b takes at most 8,192 tokens a sequence; expected at most that many")
     spec = ["simulate", *MODEL, "--synthetic"]
     assert refused(capsys, *spec, "requests=5;input=10;output=5;qps=1") == (
         "error: --synthetic item 'requests=5;input=10;output=5;qps=1': items are separated by commas; expected "

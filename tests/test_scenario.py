@@ -32,8 +32,10 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
     ({"gpu_memory_utilization": 1.5}, "--gpu-mem-util 1.5: expected a fraction of GPU memory in (0, 1]"),
     ({"gpu_memory_utilization": 0.0}, "--gpu-mem-util 0: expected a fraction"),
     ({"max_num_seqs": 0}, "--max-num-seqs 0: expected a whole number of at least 1"),
-    ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "--max-num-batched-tokens 256: expected at least "
-                                                           "--max-num-seqs (512)"),
+    ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "--max-num-batched-tokens 256: expected "
+     "--max-num-batched-tokens (256) at least --max-num-seqs (512), as vLLM requires"),
+    ({"max_num_seqs": 100_000}, "--max-num-seqs 100000: expected --max-num-batched-tokens (2048) at least "
+     "--max-num-seqs (100000)"),
     ({"chunked_prefill": False, "max_num_batched_tokens": 2048}, "without chunked prefill it must hold a whole prompt"),
     ({"kv_cache_dtype": "fp4"}, "--kv-cache-dtype 'fp4': expected one of auto"),
     ({"weight_dtype": "fp6"}, "--weight-dtype 'fp6': expected one of bf16"),

@@ -56,6 +56,9 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
     model's heads are skipped; above 8 GPUs a replica spans nodes."""
     if sequences < 1 or tokens < 1:
         raise PlannerError(f"--fit {sequences}x{tokens}: expected a positive number of sequences and tokens")
+    if tokens > scenario.model.max_position:
+        raise PlannerError(f"--fit {sequences}x{tokens}: {scenario.model.name} takes at most "
+                           f"{scenario.model.max_position:,} tokens a sequence; expected at most that many")
     tried = []
     for tp in (2**k for k in range(int(math.log2(max_tp)) + 1)):
         if tp not in tp_degrees(scenario.model):
