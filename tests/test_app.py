@@ -137,7 +137,6 @@ def test_traces_page_reports_bad_files_without_storing(app):
 
 def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
     from planner.traces import store
-from planner.traces.store_path import default_db_path
     from planner.workload import stats
 
     app.switch_page("pages/traces.py").run()
@@ -200,7 +199,6 @@ def test_workload_latency_view_names_the_driver_bucket(app):
 @pytest.mark.parametrize("view, message", [("Arrivals", "no timestamps"), ("Latency", "no TTFT")])
 def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, message):
     from planner.traces import store
-from planner.traces.store_path import default_db_path
     from planner.traces.ingest import ingest_file
 
     db = tmp_path / "lo.duckdb"

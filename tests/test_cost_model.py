@@ -166,7 +166,13 @@ def test_steps_no_server_of_the_scenario_runs_are_said(tmp_path):
         "line 6 (and 1 more) holds 5,000 sequences, more than max_num_seqs 256 and 2,505,000 KV blocks, more than "
         f"the {S().memory.num_blocks:,} of the pool: no server of this scenario runs that step, so it was timed on "
         "another (check --max-num-seqs and the memory flags against the measured server's) or the row is mistyped")
-    path.write_text("\n".join(path.read_text().splitlines()[:5] + path.read_text().splitlines()[6:7]) + "\n")
+    # a blank line keeps the lines after it numbered as in the file
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:3], "", *lines[3:]]) + "\n")
+    assert fit_points(S(), read_points(path))["warnings"][0].startswith("line 7 (and 1 more) holds 5,000 sequences")
+    with pytest.raises(PlannerError, match=r"--points: line 7 holds a sequence longer than"):
+        fit_points(S(max_model_len=4096), read_points(path))
+    path.write_text("\n".join(lines[:5] + lines[6:7]) + "\n")
     assert not any("no server of this scenario" in w for w in fit_points(S(), read_points(path))["warnings"])
     proc = run_cli("step", "--model", "llama-3-8b", "--gpu", "a100-80gb-sxm", "--decode", "300x100", "--json",
                    db=tmp_path / "s.duckdb")

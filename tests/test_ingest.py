@@ -157,11 +157,20 @@ def test_a_stray_timestamp_is_a_reject_not_decades_of_trace(con, tmp_path, colum
                  "".join(f"{t},{100 + i},20\n" for i, t in enumerate([*column[:12], stray, *column[12:]])))
     result = ingest_file(con, path)
     assert (result.rows, result.rejected, result.units["arrival"]) == (30, 1, kind)
+    expected = ("the column's dates (a placeholder such as 1970-01-01?)" if kind == "datetime" else
+                "one unit for the whole column (another row's unit, or a placeholder such as 0?)")
     assert store.rejects_of(con, result.trace_id) == [(13, f"{stray},112,20", (
         f"arrival (column 'timestamp'): {stray} read as {kind} is not a time between 1973 and 2100 like the "
-        "column's others; expected one unit for the whole column (another row's unit, or a placeholder such as "
-        "0?)"))]
+        f"column's others; expected {expected}"))]
     assert con.execute(f"SELECT max(arrival) FROM {store.requests_view(result.trace_id)}").fetchone()[0] == 29.0
+
+
+def test_relative_times_written_as_1970_datetimes_are_a_time_axis_not_strays(con, tmp_path):
+    # what pandas' to_datetime(unit="s") makes of seconds from the start: every row before 1973, none a stray
+    path = write(tmp_path / "dt1970.csv", "timestamp,input_tokens,output_tokens\n" +
+                 "".join(f"1970-01-01 00:00:{i:02d},{100 + i},20\n" for i in range(10)))
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected, result.units["arrival"]) == (10, 0, "datetime")
 
 
 def test_names_are_made_unique(con, tmp_path):
@@ -174,6 +183,9 @@ def test_names_are_made_unique(con, tmp_path):
     (tmp_path / "sub").mkdir()
     c = ingest_file(con, write(tmp_path / "sub" / "same.csv", CSV + "2024-01-01 00:00:05,1,1,1\n"))
     assert c.name == "same-3" and not any(n.startswith("named ") for n in c.notes)
+    # a file named as a stored trace's id is not given that name: the id would be found first
+    d = ingest_file(con, write(tmp_path / f"{a.trace_id}.csv", CSV + "2024-01-01 00:00:06,1,1,1\n"))
+    assert d.name == f"{a.trace_id}-2"
 
 
 def test_a_name_that_reads_as_a_trace_id_is_refused(con, tmp_path):

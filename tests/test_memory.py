@@ -13,6 +13,7 @@ from planner.catalog.models import active_param_count, param_count, weights_byte
 from planner.catalog.presets import from_hf_config, get_model, preset_names
 from planner.errors import PlannerError
 from planner.scenario import Scenario
+from planner.sim.step_spec import beyond_limits
 
 # reference/engines.md §8: KV bytes per token in bf16 over all layers of one replica
 REFERENCE_KV = {"llama-3-8b": 131_072, "llama-3-70b": 327_680, "llama-3.1-405b": 516_096, "mistral-7b": 131_072,
@@ -133,6 +134,14 @@ def test_sliding_window_concurrency_counts_only_the_window():
     per_request = math.ceil((4096 - 1 + 2048) / 16) + 1
     assert plan.blocks_per_max_len_request == per_request
     assert plan.max_concurrency == pytest.approx(plan.num_blocks / per_request)
+    # a pool smaller than 32,768 tokens still starts: each layer holds the window, not the whole context
+    small = Scenario(mistral, get_gpu("l4"), max_model_len=32768, gpu_memory_utilization=0.78)
+    assert small.memory.kv_capacity_tokens < 32768 <= small.memory.kv_capacity_tokens * small.memory.max_concurrency
+    assert small.memory_problems == ()
+    # two 30,000-token sequences hold 2 x 385 window blocks, not 2 x 1,876
+    assert beyond_limits(small, [], [(2, 30_000)]) == []
+    assert beyond_limits(small, [], [(8, 30_000)]) == [f"3,080 KV blocks, more than the {small.memory.num_blocks:,} "
+                                                       "of the pool"]
 
 
 def test_seed_capacity_arithmetic_brackets_its_quoted_numbers():

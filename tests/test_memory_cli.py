@@ -113,8 +113,9 @@ def test_memory_page(tmp_path, monkeypatch):
      "llama-3-70b on 1x L4 24GB: no memory left for the KV cache (-113.9 GiB); raise --tp or --gpu-mem-util, or use "
      "--weight-dtype fp8"),
     (["--model", "llama-3-8b", "--gpu", "l4", "--gpu-mem-util", "0.75"],
-     "llama-3-8b on 1x L4 24GB: the KV cache holds 752 tokens, fewer than one request of max_model_len 8,192, and "
-     "vLLM refuses to start so; lower --max-model-len to 752 or less, or raise --gpu-mem-util or --tp")])
+     "llama-3-8b on 1x L4 24GB: the KV cache holds 47 blocks, fewer than the 512 one request of max_model_len 8,192 "
+     "needs (maximum concurrency below 1), and vLLM refuses to start so; lower --max-model-len, or raise "
+     "--gpu-mem-util or --tp")])
 def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, flags, problem):
     # exit 0 and a negative pool with nothing said, where vLLM refuses to start; the plan is still shown
     proc = run_cli("memory", *flags, "--json", db=tmp_path / "m.duckdb")

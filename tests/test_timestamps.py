@@ -76,10 +76,12 @@ def test_describe_resolution():
 
 
 @pytest.mark.parametrize("stray", ["0", "1700000040000", "-5"])
-def test_a_stray_value_leaves_a_column_of_epoch_seconds_epoch_seconds(stray):
+@pytest.mark.parametrize("n, strays", [(40, 1), (9, 1), (100, 6), (10, 4)])
+def test_a_stray_value_leaves_a_column_of_epoch_seconds_epoch_seconds(stray, n, strays):
     # the smallest value alone decided: one epoch 0 made the whole column relative, 54 years long
-    values = [str(1_700_000_000 + 3 * i) for i in range(40)]
-    values.insert(17, stray)
+    values = [str(1_700_000_000 + 3 * i) for i in range(n)]
+    for k in range(strays):
+        values.insert(3 * k + 1, stray)
     assert infer_time_kind(values, "auto").kind == "epoch_s"
     assert infer_time_kind(values, "s").kind == "epoch_s"
 

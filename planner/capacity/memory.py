@@ -185,8 +185,9 @@ class MemoryPlan:
                 "outside_budget": (unused - (0 if self.cudagraph_counted else self.cudagraph_bytes)) / GiB}
 
 
-def _blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> float:
-    """KV blocks (per layer slot) a request of ``max_model_len`` tokens needs, as vLLM's concurrency line counts."""
+def blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> float:
+    """KV blocks (per layer slot) a request of ``max_model_len`` tokens needs, as vLLM's concurrency line counts: a
+    sliding-window layer holds only its window and a step's new tokens."""
     full = math.ceil(max_model_len / block_size)
     if not model.sliding_window or not model.sliding_layers:
         return full
@@ -203,10 +204,11 @@ def startup_problems(scenario: Scenario) -> tuple[str, ...]:
     if plan.num_blocks <= 0:
         return (f"{where}: no memory left for the KV cache ({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or "
                 "--gpu-mem-util, or use --weight-dtype fp8",)
-    if scenario.engine_spec.v1_runtime and plan.kv_capacity_tokens < plan.max_model_len:
-        return (f"{where}: the KV cache holds {plan.kv_capacity_tokens:,} tokens, fewer than one request of "
-                f"max_model_len {plan.max_model_len:,}, and vLLM refuses to start so; lower --max-model-len to "
-                f"{plan.kv_capacity_tokens:,} or less, or raise --gpu-mem-util or --tp",)
+    if scenario.engine_spec.v1_runtime and plan.max_concurrency < 1:
+        return (f"{where}: the KV cache holds {plan.num_blocks:,} blocks, fewer than the "
+                f"{plan.blocks_per_max_len_request:,} one request of max_model_len {plan.max_model_len:,} needs "
+                "(maximum concurrency below 1), and vLLM refuses to start so; lower --max-model-len, or raise "
+                "--gpu-mem-util or --tp",)
     return ()
 
 
@@ -234,7 +236,7 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
     per_token_gpu = kv_bytes_per_token(model, s.kv_cache_dtype, s.tp)
     fits = max(0, pool) // (s.block_size * per_token_gpu) if per_token_gpu else 0
     blocks = s.num_gpu_blocks if s.num_gpu_blocks is not None else fits
-    per_request = _blocks_per_request(model, s.max_model_len, s.block_size, s.max_num_batched_tokens)
+    per_request = blocks_per_request(model, s.max_model_len, s.block_size, s.max_num_batched_tokens)
     return MemoryPlan(
         param_count=param_count(model), weights_bytes=weights, weights_bytes_per_gpu=int(weights_per_gpu),
         total_bytes=gpu.memory_bytes, requested_bytes=requested, activation_bytes=int(activation),

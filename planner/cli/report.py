@@ -30,7 +30,7 @@ def _targets(args) -> list[tuple[Path, str]]:
         if fmt not in FORMATS:
             raise PlannerError(f"-o {name}: .{suffix} is no report format; expected one of {', '.join(FORMATS)} "
                                "(the extension, or --format)")
-        if any(path == seen for seen, _ in out):
+        if any(path.resolve() == seen.resolve() for seen, _ in out):
             raise PlannerError(f"-o {name} is given twice; expected each report file once")
         out.append((path, fmt))
     return out

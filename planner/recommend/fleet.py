@@ -25,6 +25,7 @@ from planner.workload.rates import arrival_rate_rps
 
 BLOCK_S = 60.0              # bootstrap blocks: whole minutes, so a burst stays a burst
 MIN_BLOCKS = 10             # a trace shorter than 10 minutes is cut into 10 blocks instead
+BLOCKS_PER_REQUEST = 10     # a sparse trace's minutes, mostly empty, are merged past ten blocks per request
 CONFIDENCE = 0.9
 RESAMPLES = 20
 GROWTH = 1.5                # the what-if: traffic grown by half
@@ -108,11 +109,11 @@ def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload
 
 def block_seconds(work: SimWorkload) -> float:
     """The bootstrap's block: the span divided evenly into whole blocks of about a minute (at least
-    :data:`MIN_BLOCKS`, and no more blocks than requests), so no block is partial and a resample spans what the
-    trace spans. The cap keeps a resample's cost to its requests: one stray timestamp years off would otherwise
-    cut the span into 10⁸ minutes, most of them empty."""
+    :data:`MIN_BLOCKS`, at most :data:`BLOCKS_PER_REQUEST` per request), so no block is partial and a resample
+    spans what the trace spans. The cap keeps a resample's cost to its requests: one stray timestamp years off
+    would otherwise cut the span into 10⁸ minutes, most of them empty."""
     span = float(np.ptp(work.arrival_s)) if work.n else 0.0
-    return span / max(MIN_BLOCKS, min(round(span / BLOCK_S), work.n)) if span > 0 else 0.0
+    return span / max(MIN_BLOCKS, min(round(span / BLOCK_S), BLOCKS_PER_REQUEST * work.n)) if span > 0 else 0.0
 
 
 class FleetSearch:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from planner.scenario import Scenario
 
 POINT_COLUMNS = ("prefill_tokens", "prefill_count", "decode_count", "decode_context", "step_ms")
+LINE = "line"        # the line of the --points file each row came from (read_points)
 _POINT_PARAMS = ("mfu", "mbu", "step_overhead_s", "seq_overhead_s")
 # The roofline's knee too, where the rows are enough to cross-validate a fit that sets it (a distinct step to leave
 # out beyond the five parameters): how sharply steps near the ridge turn from memory- to compute-bound is the GEMM
@@ -67,7 +68,7 @@ def read_points(path: str | Path) -> pl.DataFrame:
     # a blank line (one an editor leaves at the end) is no row; the others keep their line numbers
     numbered = frame.with_row_index("row", 2).filter(~pl.all_horizontal(pl.col(POINT_COLUMNS).is_null())
                                                      ).with_columns(pl.col(POINT_COLUMNS).fill_null(0.0))
-    frame = numbered.drop("row")
+    frame = numbered.rename({"row": LINE})
     counts = [c for c in POINT_COLUMNS if c != "step_ms"]
     for bad, what in (
             (pl.any_horizontal(~pl.col(c).is_finite() | (pl.col(c) < 0) | (pl.col(c) != pl.col(c).floor())
@@ -103,9 +104,14 @@ def _steps(frame: pl.DataFrame) -> np.ndarray:
     return np.array([first.setdefault(k, len(first)) for k in keys], np.int64)
 
 
+def _lines(frame: pl.DataFrame) -> list[int]:
+    """Each row's line in its file (:func:`read_points` keeps them past blank lines), else counted from 2."""
+    return frame[LINE].to_list() if LINE in frame.columns else list(range(2, frame.height + 2))
+
+
 def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
     rows = []
-    for p, pc, dc, ctx, _ in frame.iter_rows():
+    for p, pc, dc, ctx, _ in frame.select(POINT_COLUMNS).iter_rows():
         rows.append(batch_aggregates([(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))
     return rows
 
@@ -153,12 +159,12 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] |
     the scenario's cost model; its model, GPU, TP and dtypes are the measured server's. The report adds
     ``cross_validated``: each row predicted by a fit that did not see it (:data:`CV_FOLDS`), the error to expect
     on iterations like these but not among them, and a warning when it is far above the in-sample error."""
-    longest = frame.with_row_index("row", 2).filter(
+    longest = [line for line, too_long in zip(_lines(frame), frame.select(
         pl.max_horizontal("prefill_tokens", pl.col("decode_context") + (pl.col("decode_count") > 0))
-        > scenario.max_model_len)
-    if longest.height:
-        more = f" (and {longest.height - 1} more)" if longest.height > 1 else ""
-        raise PlannerError(f"--points: line {longest['row'][0]}{more} holds a sequence longer than --max-model-len "
+        > scenario.max_model_len).to_series(), strict=True) if too_long]
+    if longest:
+        more = f" (and {len(longest) - 1} more)" if len(longest) > 1 else ""
+        raise PlannerError(f"--points: line {longest[0]}{more} holds a sequence longer than --max-model-len "
                            f"({scenario.max_model_len:,}): no engine runs that step; raise --max-model-len to the "
                            "measured server's")
     measured = frame["step_ms"].to_numpy()
@@ -244,7 +250,8 @@ def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measur
 def _beyond_limits(scenario: Scenario, frame: pl.DataFrame) -> list[str]:
     """A warning naming the rows the scenario's server could never have run (:func:`beyond_limits`): the step was
     timed on another server (other limits or memory than the scenario's), or the row is mistyped."""
-    lines = [(line, why) for line, (p, pc, dc, ctx, _) in enumerate(frame.iter_rows(), 2)
+    lines = [(line, why) for line, (p, pc, dc, ctx, _) in zip(_lines(frame), frame.select(POINT_COLUMNS).iter_rows(),
+                                                                strict=True)
              if (why := beyond_limits(scenario, [(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))]
     if not lines:
         return []

@@ -5,8 +5,10 @@ aggregates the cost model prices (:func:`planner.sim.cost_model.step_seconds`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
+from planner.capacity.memory import blocks_per_request
 from planner.errors import PlannerError
 from planner.limits import MAX_COUNT
 
@@ -31,8 +33,12 @@ def beyond_limits(scenario: Scenario, prefills: list[tuple[int, int]], decodes: 
     sequences = len(prefills) + sum(m for m, _ in decodes)
     out = [f"{sequences:,} sequences, more than max_num_seqs {scenario.max_num_seqs:,}"] \
         if sequences > scenario.max_num_seqs else []
-    plan, block = scenario.memory, scenario.block_size
-    blocks = sum(-(-(n + k) // block) for n, k in prefills) + sum(m * -(-(k + 1) // block) for m, k in decodes)
+    plan = scenario.memory
+
+    def held(tokens: int) -> float:     # a sliding-window layer holds only its window
+        return blocks_per_request(scenario.model, tokens, scenario.block_size, scenario.max_num_batched_tokens)
+
+    blocks = math.ceil(sum(held(n + k) for n, k in prefills) + sum(m * held(k + 1) for m, k in decodes))
     if plan.num_blocks > 0 and blocks > plan.num_blocks:
         out.append(f"{blocks:,} KV blocks, more than the {plan.num_blocks:,} of the pool")
     return out

@@ -109,15 +109,16 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         parsed.append(f"{arrival_sql(value['arrival'], time_kind)} AS __arrival")
         readable = "coalesce(isfinite(__arrival), false)"
         outside = "false"
-        if time_kind.is_wall_clock:
+        if time_kind.is_wall_clock and time_kind.range_checked:
             first, last = WALL_CLOCK_RANGE_S
             outside = f"NOT ({seconds_sql('__arrival', time_kind)} BETWEEN {first!r} AND {last!r})"
+        expected = ("the column''s dates (a placeholder such as 1970-01-01?)" if time_kind.kind == "datetime" else
+                    "one unit for the whole column (another row''s unit, or a placeholder such as 0?)")
         bad.append(f"NOT {readable} OR {outside}")
         reasons.append(f"CASE WHEN {blank('arrival')} THEN {lab} || ': missing' "
                        f"WHEN NOT {readable} THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' "
                        f"WHEN {outside} THEN {lab} || ': ' || {v} || ' read as {time_kind.kind} is not a time "
-                       "between 1973 and 2100 like the column''s others; expected one unit for the whole column "
-                       "(another row''s unit, or a placeholder such as 0?)' END")
+                       f"between 1973 and 2100 like the column''s others; expected {expected}' END")
     for fld in LATENCY_FIELDS:
         if fld not in mapping.columns:
             continue

@@ -110,7 +110,8 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
             "compression, layout, mapping, units, dialect, $rows, 0, $failed, has_timestamps, time_kind, "
             "timestamp_resolution_s, start_epoch_s + $t0, $notes, now()::TIMESTAMP, files, source_bytes "
             "FROM traces WHERE trace_id = $p",
-            {"id": trace_id, "name": trace_name, "sha": sha, "rows": rows, "failed": failed, "t0": t0, "notes": json.dumps(notes), "p": info.trace_id})
+            {"id": trace_id, "name": trace_name, "sha": sha, "rows": rows, "failed": failed, "t0": t0,
+             "notes": json.dumps(notes), "p": info.trace_id})
         store.link_owner(cur, trace_id, owner)
     report(1.0, "stored")
     return result_from_trace(store.get_trace(con, trace_id), None)

@@ -283,10 +283,10 @@ def check_name(name: str | None) -> None:
 
 
 def unique_name(con: duckdb.DuckDBPyConnection, wanted: str, chosen_notes: list[str] | None = None) -> str:
-    """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken; where the user chose ``wanted``, a note
-    appended to ``chosen_notes`` says it was taken."""
+    """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken (by a trace's name, or its id: a trace is
+    looked up by id first); where the user chose ``wanted``, a note appended to ``chosen_notes`` says it was taken."""
     cur = con.cursor()
-    taken = {r[0] for r in cur.execute("SELECT name FROM traces").fetchall()}
+    taken = {r[0] for r in cur.execute("SELECT name FROM traces UNION SELECT trace_id FROM traces").fetchall()}
     name, n = wanted, 2
     while name in taken:
         name, n = f"{wanted}-{n}", n + 1

@@ -129,8 +129,9 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
             "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
             "start_epoch_s, notes, created, files) VALUES ($id, $name, $src, $sha, $fmt, 'none', $layout, '{}', "
             "$units, NULL, $rows, 0, 0, $timed, $kind, $res, NULL, $notes, now()::TIMESTAMP, $files)",
-            {"id": trace_id, "name": trace_name, "src": str(folder), "sha": sha, "fmt": sources["length_counts"], "layout": SUMMARY_LAYOUT,
-             "units": json.dumps({"arrival": "relative_s"} if timed else {}), "rows": int(requests),
+            {"id": trace_id, "name": trace_name, "src": str(folder), "sha": sha, "fmt": sources["length_counts"],
+             "layout": SUMMARY_LAYOUT, "units": json.dumps({"arrival": "relative_s"} if timed else {}),
+             "rows": int(requests),
              "timed": timed, "kind": "relative_s" if timed else None, "res": 1.0 if timed else None,
              "notes": json.dumps(notes), "files": len(paths)})
         store.link_owner(cur, trace_id, owner)

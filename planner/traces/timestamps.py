@@ -21,6 +21,7 @@ _EPOCH_FLOOR_S = 1e8
 # The wall-clock times a request log can hold: from _EPOCH_FLOOR_S to 2100-01-01. A column of epoch times with one
 # value outside (an epoch 0, a row in milliseconds among seconds) would stretch the trace over decades
 WALL_CLOCK_RANGE_S = (_EPOCH_FLOOR_S, 4_102_444_800.0)
+_FLOOR_YEAR = 1973
 _ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
@@ -33,6 +34,9 @@ class TimeKind:
     seconds_per_unit: float   # 1.0 for datetime (parsed to epoch seconds)
     resolution_s: float | None
     zoned: bool = False       # datetimes carry a UTC offset (parsing them is slower, so only when needed)
+    # a value outside WALL_CLOCK_RANGE_S is a stray (epoch numbers; datetimes whose median is in the range), not
+    # a time axis of its own (relative times written as 1970 datetimes)
+    range_checked: bool = True
 
     @property
     def is_wall_clock(self) -> bool:
@@ -92,7 +96,8 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
             resolution = 1.0
         # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position
         zoned = any(_ZONE.search(v, len(v) - 6) for v in values)
-        return TimeKind("datetime", 1.0, resolution, zoned)
+        years = sorted(int(m.group(0)[:4]) for m in dt)
+        return TimeKind("datetime", 1.0, resolution, zoned, range_checked=years[len(years) // 2] >= _FLOOR_YEAR)
 
     low = _deciding_magnitude([abs(float(v)) for v in numeric])
     if declared_unit == "auto":
@@ -111,14 +116,14 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
 
 def _deciding_magnitude(magnitudes: list[float]) -> float:
     """The magnitude that tells epoch times (and their unit) from relative ones: the smallest value, as relative
-    times start near 0; but where the bulk of the values (p5 to p95) lies within half its median, as epoch times
-    do, the median. A stray value (an epoch 0, a row in milliseconds among seconds) then leaves the column epoch
-    times, and is rejected as out of :data:`WALL_CLOCK_RANGE_S`, where the smallest value alone made the whole
-    column relative and stretched the trace over decades."""
-    ordered = sorted(magnitudes)
-    n = len(ordered)
-    p5, median, p95 = ordered[n // 20], ordered[n // 2], ordered[n - 1 - n // 20]
-    return median if p95 - p5 <= 0.5 * median else ordered[0]
+    times start near 0; but where most values (half or more) lie within 10% of the median, as epoch times do and
+    times counted from 0 do not, the median. Stray values (an epoch 0 written for a failed request, a row in
+    milliseconds among seconds) then leave the column epoch times, and are rejected as out of
+    :data:`WALL_CLOCK_RANGE_S`, where the smallest value alone made the whole column relative and stretched the
+    trace over decades."""
+    median = sorted(magnitudes)[len(magnitudes) // 2]
+    near = sum(abs(m - median) <= 0.1 * median for m in magnitudes)
+    return median if 2 * near >= len(magnitudes) else min(magnitudes)
 
 
 def arrival_sql(value_sql: str, kind: TimeKind) -> str:
