@@ -15,10 +15,10 @@ T = TypeVar("T")
 
 
 def with_progress(running: str, failed: str, work: Callable[[Callable[[float, str], None]], T],
-                  done: Callable[[T], str]) -> T | None:
+                  done: Callable[[T], str], said: Callable[[PlannerError], str] = str) -> T | None:
     """``work(show)`` in a status box labelled ``running``, its progress drawn as it reports it (from any thread).
-    On a :class:`PlannerError` the box reads ``failed``, the error is shown under it and None is returned; else the
-    box reads ``done(result)`` and the result is returned."""
+    On a :class:`PlannerError` the box reads ``failed``, the error is shown under it (as ``said`` words it) and None
+    is returned; else the box reads ``done(result)`` and the result is returned."""
     ctx = get_script_run_ctx()
     with st.status(running, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
@@ -32,7 +32,7 @@ def with_progress(running: str, failed: str, work: Callable[[Callable[[float, st
             result = work(show)
         except PlannerError as exc:
             status.update(label=failed, state="error")
-            st.error(str(exc))
+            st.error(said(exc))
             return None
         status.update(label=done(result), state="complete")
     return result

@@ -29,6 +29,8 @@ except PlannerError as exc:
     st.error(str(exc))
     st.stop()
 plan = report.plan
+for problem in s.memory_problems:       # above the figures: they describe a server that would not start
+    st.warning(problem, icon=":material/memory:")
 
 m = st.columns(3)
 m[0].metric("Parameters", f"{plan.param_count / 1e9:.2f} B", help=s.model.help or None)
@@ -49,8 +51,6 @@ st.caption(f"Overheads: {plan.overheads_source}. requested = ceil({s.gpu_memory_
            f"{plan.weights_bytes_per_gpu / GiB:.2f}, activation {plan.activation_bytes / GiB:.2f}, non-torch "
            f"{plan.non_torch_bytes / GiB:.2f} GiB.")
 
-for problem in s.memory_problems:
-    st.warning(problem, icon=":material/memory:")
 if plan.override_warning:
     st.warning(plan.override_warning)
 budget, reservation, other, cache_tab = st.tabs(

@@ -14,6 +14,12 @@ from planner.sim.run import default_router
 from planner.sim.trace_calibration import HOLDOUT_SHARE, latency_errors
 from planner.workload.replay import names_model, replayed_as_another
 
+
+def ms(value: float | None, digits: int = 0) -> str:
+    """A latency metric; none measured (every request rejected, one-token outputs) is a dash, not 0 ms."""
+    return "—" if value is None else f"{value:,.{digits}f} ms"
+
+
 require_frame()
 s, _ = current()
 info = selected_trace()
@@ -50,15 +56,15 @@ show_rejections(summary.rejection_note)
 m = st.columns(4)
 m[0].metric("Completed", f"{summary.completed:,}", help=f"of {summary.requests:,} requests; "
             f"{summary.rejected:,} rejected")
-m[1].metric("TTFT p99", f"{summary.ttft_ms.p99 or 0:,.0f} ms", help=f"p50 {summary.ttft_ms.p50 or 0:,.0f} ms")
-m[2].metric("TPOT p99", f"{summary.tpot_ms.p99 or 0:.1f} ms", help=f"p50 {summary.tpot_ms.p50 or 0:.1f} ms")
+m[1].metric("TTFT p99", ms(summary.ttft_ms.p99), help=f"p50 {ms(summary.ttft_ms.p50)}")
+m[2].metric("TPOT p99", ms(summary.tpot_ms.p99, 1), help=f"p50 {ms(summary.tpot_ms.p50, 1)}")
 m[3].metric("Output tok/s", f"{summary.throughput_tok_s['output']:,.0f}")
 m = st.columns(4)
 m[0].metric("Preemptions", f"{summary.preemptions:,}")
 m[1].metric("Queue", summary.verdict, help="stable: requests waiting never exceed the noise floor over the "
             "arrivals; backlogged: a surge queued (and drained or plateaued); overloaded: the queue still grows when "
             "the arrivals end, so the offered rate exceeds what this fleet serves")
-m[2].metric("Queueing p99", f"{summary.queue_ms.p99 or 0:,.0f} ms")
+m[2].metric("Queueing p99", ms(summary.queue_ms.p99))
 m[3].metric("KV blocks", f"{s.settings.num_blocks:,}", help=f"{s.block_size}-token blocks the engine schedules "
             "against (the Memory page's plan)")
 edge_slot = st.empty()      # filled last: the margin replays the workload at other pools

@@ -1,7 +1,10 @@
 """Traces: upload a request log, check its detected mapping and preview, ingest it, see what was rejected."""
 
+import contextlib
 import os
+import re
 import tempfile
+import time
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +27,8 @@ DELIMITERS = {"sniff": None, "comma": ",", "semicolon": ";", "tab": "\t", "pipe"
 ARRIVAL_UNITS = ("auto", "datetime", "s", "ms", "us", "ns")
 LATENCY_UNITS = ("auto", "ms", "s", "us")
 
+UPLOAD_PREFIX = "planner-upload-"
+STALE_UPLOAD_S = 86_400      # an upload's temporary copy older than a day belongs to a session that has ended
 MAX_UPLOAD_MB = int(os.environ.get("PLANNER_MAX_UPLOAD_MB", "1024"))  # an operator may lower server.maxUploadSize
 
 require_frame()
@@ -39,16 +44,30 @@ st.caption(f"Up to {MAX_UPLOAD_MB:,} MB per file here (a larger one is refused b
 
 
 def saved_upload(file) -> Path:
-    """Write the upload once per file id to a temporary file DuckDB can stream and sniff; drop stale ones."""
+    """Write the upload once per file id to a temporary file DuckDB can stream and sniff; drop stale ones: this
+    session's earlier uploads, and any session's older than a day (a session that ends leaves its copy behind)."""
     key = f"traces_tmp_{file.file_id}"
     for stale in [k for k in st.session_state if str(k).startswith("traces_tmp_") and k != key]:
         Path(st.session_state.pop(stale)).unlink(missing_ok=True)
+    for old in Path(tempfile.gettempdir()).glob(f"{UPLOAD_PREFIX}*"):
+        with contextlib.suppress(OSError):      # another session may remove it first
+            if time.time() - old.stat().st_mtime > STALE_UPLOAD_S:
+                old.unlink()
     if key not in st.session_state:
         suffix = "".join(Path(file.name).suffixes[-2:])
-        with tempfile.NamedTemporaryFile(delete=False, suffix=suffix, prefix="planner-upload-") as fh:
+        with tempfile.NamedTemporaryFile(delete=False, suffix=suffix, prefix=UPLOAD_PREFIX) as fh:
             fh.write(file.getbuffer())
         st.session_state[key] = fh.name
     return Path(st.session_state[key])
+
+
+def said(message: PlannerError | str, uploaded) -> str:
+    """A message about the upload in the page's terms: the user's file name, not its temporary copy's; the page's
+    Format and column controls, not the command line's ``--format`` and ``--map``."""
+    path = saved_upload(uploaded)
+    text = str(message).replace(str(path), uploaded.name).replace(path.name, uploaded.name)
+    text = text.replace("use --format to pick another reader", "pick another Format above")
+    return re.sub(r"\(or say which with --map [^)]*\)", "(or pick the columns below)", text)
 
 
 def upload_section(uploaded) -> None:
@@ -62,7 +81,7 @@ def upload_section(uploaded) -> None:
     try:
         seen = inspect_file(connection(), path, fmt, dialect)
     except PlannerError as exc:
-        st.error(str(exc))
+        st.error(said(exc, uploaded))
         return
     src = seen.source
     st.caption(f"Format **{src.format}**, compression {src.compression}"
@@ -70,7 +89,7 @@ def upload_section(uploaded) -> None:
                + "".join(f" · {n}" for n in src.notes))
     st.dataframe(seen.preview, hide_index=True, key="traces_preview", height=240)
     if seen.mapping_error:
-        st.warning(seen.mapping_error)
+        st.warning(said(seen.mapping_error, uploaded))
 
     st.markdown("**Column mapping** (detected; change any field)")
     detected = seen.mapping.columns if seen.mapping else {}
@@ -97,16 +116,17 @@ def upload_section(uploaded) -> None:
 
     if st.button("Ingest", type="primary", key="traces_ingest"):
         ingest_with_progress(path, name=name or None, fmt=fmt, overrides=overrides, unit_overrides=units,
-                             dialect=dialect, source_file=uploaded.name)
+                             dialect=dialect, source_file=uploaded.name, said=lambda exc: said(exc, uploaded))
 
 
-def ingest_with_progress(path, **options) -> None:
-    """Ingest with a progress bar in a status box; on success select the new trace, on failure say why."""
+def ingest_with_progress(path, said=str, **options) -> None:
+    """Ingest with a progress bar in a status box; on success select the new trace, on failure say why (as
+    ``said`` words it)."""
     result = with_progress(
         "Ingesting…", "Ingest failed: nothing was stored",
         lambda show: ingest_file(connection(), path, on_progress=show, owner=owner, **options),
         lambda r: (f"Already stored as {r.name}" if r.duplicate_of else f"Stored {r.rows:,} rows as {r.name}"
-                   + (f" from {r.files:,} files" if r.files > 1 else "")))
+                   + (f" from {r.files:,} files" if r.files > 1 else "")), said)
     if result is None:
         return
     st.session_state["traces_last"] = result.trace_id
@@ -137,7 +157,7 @@ def server_section(roots) -> None:
                + (f", layout **{seen.mapping.layout}**, mapping {seen.mapping.columns}" if seen.mapping else ""))
     st.dataframe(seen.preview, hide_index=True, key="traces_server_preview", height=200)
     if seen.mapping_error:
-        st.warning(seen.mapping_error)
+        st.warning(said(seen.mapping_error, uploaded))
         return
     name = st.text_input("Trace name", key="traces_server_name", placeholder="the file's or the folder's name")
     if st.button("Ingest from the server", type="primary", key="traces_server_ingest"):

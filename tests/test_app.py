@@ -133,6 +133,12 @@ def test_traces_page_reports_bad_files_without_storing(app):
     assert not app.exception
     assert "is empty" in app.error[0].value
     assert list(table_with(app, "created")["name"]) == ["sample_chat"]
+    # the errors name the user's file and the page's Format control, not the temporary copy and a CLI flag
+    app.file_uploader(key="traces_upload").set_value(("bad.parquet", b"PAR1 not really", "text/plain")).run()
+    error = app.error[0].value
+    assert "bad.parquet" in error and "planner-upload-" not in error and "--format" not in error, error
+    app.file_uploader(key="traces_upload").set_value(("odd.jsonl", b'{"a": 1}\n{"a": 2}\n', "text/plain")).run()
+    assert app.warning[0].value.endswith("(or pick the columns below)"), app.warning[0].value
 
 
 def test_traces_page_unit_override_reaches_the_store(app, tmp_path):
@@ -276,6 +282,20 @@ def test_simulate_page_runs_a_fleet_behind_a_router(tmp_path, monkeypatch):
     blocks = next(m.value for m in at.metric if m.label == "KV blocks")
     edge = [e.value for e in (*at.caption, *at.warning) if e.value.startswith("KV pool margin: The queue")]
     assert len(edge) == 1 and f"at {blocks} KV blocks" in edge[0]
+
+
+def test_simulate_page_shows_no_latency_where_none_was_measured(tmp_path, monkeypatch):
+    # every prompt past max_model_len: the metrics read "0 ms" for percentiles of nothing
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "none.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["source"] = "synthetic"
+    at.query_params["spec"] = "requests=50,input=99999,output=64,qps=8"
+    at.run()
+    at.switch_page("pages/simulate.py").run()
+    assert not at.exception
+    got = {m.label: m.value for m in at.metric}
+    assert (got["Completed"], got["TTFT p99"], got["TPOT p99"], got["Queueing p99"]) == ("0", "—", "—", "—")
+    assert any("50 of 50 requests (100.0%) were rejected" in w.value for w in at.warning)
 
 
 def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
