@@ -68,3 +68,16 @@ def compiled_v1(arrival, prompt, output, cfg, coeffs, fleet=None):
     assert every.steps == sparse.steps and every.free_blocks_at_end == sparse.free_blocks_at_end
     np.testing.assert_array_equal(every.timeline[999::1000], sparse.timeline)
     return every
+
+
+def app_page(page: str, db: Path, monkeypatch, timeout: float = 120, **params: str):
+    """Streamlit's AppTest of the whole app (``app.py``, its frame included) on the store ``db``, opened with
+    ``params`` in its URL and then switched to ``page`` (``pages/memory.py``): how a shared link is followed."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PLANNER_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    return at.switch_page(page).run()

@@ -1,7 +1,7 @@
 """One AppTest per page, the upload path included (Streamlit's own test harness, real DuckDB store)."""
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, app_page
 from streamlit.testing.v1 import AppTest
 
 from planner.catalog.gpus import get_gpu
@@ -286,12 +286,8 @@ def test_simulate_page_runs_a_fleet_behind_a_router(tmp_path, monkeypatch):
 
 def test_simulate_page_shows_no_latency_where_none_was_measured(tmp_path, monkeypatch):
     # every prompt past max_model_len: the metrics read "0 ms" for percentiles of nothing
-    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "none.duckdb"))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["source"] = "synthetic"
-    at.query_params["spec"] = "requests=50,input=99999,output=64,qps=8"
-    at.run()
-    at.switch_page("pages/simulate.py").run()
+    at = app_page("pages/simulate.py", tmp_path / "none.duckdb", monkeypatch, source="synthetic",
+                  spec="requests=50,input=99999,output=64,qps=8")
     assert not at.exception
     got = {m.label: m.value for m in at.metric}
     assert (got["Completed"], got["TTFT p99"], got["TPOT p99"], got["Queueing p99"]) == ("0", "—", "—", "—")
@@ -304,12 +300,8 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     from planner.capacity.report import prefix_cache_capacity
     from planner.workload.tables import trace_reuse
 
-    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "prefix.duckdb"))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.query_params["view"] = "Prefix reuse"
-    at.query_params["memory_view"] = "Prefix cache"
-    at.run()
-    at.switch_page("pages/workload.py").run()
+    at = app_page("pages/workload.py", tmp_path / "prefix.duckdb", monkeypatch, view="Prefix reuse",
+                  memory_view="Prefix cache")
     assert not at.exception
     reuse_metrics = metrics(at)
     assert any("derived from sessions" in c.value for c in at.caption)

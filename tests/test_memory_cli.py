@@ -3,8 +3,7 @@
 import json
 
 import pytest
-from helpers import ROOT, cli_json, run_cli
-from streamlit.testing.v1 import AppTest
+from helpers import app_page, cli_json, run_cli
 
 from planner.traces.samples import SAMPLE_PATH
 
@@ -84,13 +83,8 @@ def test_memory_with_a_trace_and_a_fit_request(tmp_path):
 
 
 def test_memory_page(tmp_path, monkeypatch):
-    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["model"] = "llama-3-70b"
-    at.query_params["tp"] = "4"
-    at.query_params["max_len"] = "8192"
-    at.run()
-    at.switch_page("pages/memory.py").run()
+    at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, model="llama-3-70b", tp="4",
+                  max_len="8192")
     assert not at.exception
     got = {m.label: m.value for m in at.metric}
     expected = cli_json("memory", "--model", "llama-3-70b", "--gpu", "a100-80gb-sxm", "--tp", "4",
@@ -121,9 +115,7 @@ def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, flags, problem):
     proc = run_cli("memory", *flags, "--json", db=tmp_path / "m.duckdb")
     assert proc.stderr.splitlines() == [f"warning: {problem}"]
     assert CONTRACT_KEYS <= json.loads(proc.stdout).keys()
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params.update(model=flags[1], gpu="l4", **({"util": "0.75"} if "0.75" in flags else {}))
-    at.run()
-    at.switch_page("pages/memory.py").run()
+    at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, model=flags[1], gpu="l4",
+                  **({"util": "0.75"} if "0.75" in flags else {}))
     assert not at.exception and problem in [w.value for w in at.warning]
     assert run_cli("memory", "--model", "llama-3-8b", "--gpu", "l4", "--json", db=tmp_path / "m.duckdb").stderr == ""

@@ -171,15 +171,10 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
 
 
 def test_recommend_page(tmp_path, monkeypatch):
-    from helpers import ROOT
-    from streamlit.testing.v1 import AppTest
+    from helpers import app_page
 
-    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["max_len"] = "8192"
-    at.query_params["slos"] = "chat:ttft_p99<3000"
-    at.run()
-    at.switch_page("pages/recommend.py").run()
+    at = app_page("pages/recommend.py", tmp_path / "app.duckdb", monkeypatch, timeout=240, max_len="8192",
+                  slos="chat:ttft_p99<3000")
     assert not at.exception
     # one column per class (the table is transposed to fit the page), one row per figure
     table = next(d.value for d in at.dataframe if "req/s per replica" in list(d.value["class"]))

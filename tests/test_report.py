@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import ROOT, cli_json, run_cli
+from helpers import ROOT, app_page, cli_json, run_cli
 
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
@@ -226,18 +226,11 @@ def test_a_report_on_several_servers_traffic_says_it_is_planned_as_one(con, tmp_
 
 
 def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     db = tmp_path / "page.duckdb"
     page_con = store.open_store(db)
     ingest_file(page_con, small_trace(tmp_path / "small.csv"), name="small")
     page_con.close()
-    monkeypatch.setenv("PLANNER_DB", str(db))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=240)
-    at.query_params["trace"] = "small"
-    at.query_params["max_len"] = "4096"
-    at.run()
-    at.switch_page("pages/report.py").run()
+    at = app_page("pages/report.py", db, monkeypatch, timeout=240, trace="small", max_len="4096")
     assert not at.exception
     at.button(key="report_build").click().run()
     assert not at.exception and at.success[0].value.startswith("Saved: Capacity report: small on")
