@@ -110,7 +110,7 @@ def test_memory_page(tmp_path, monkeypatch):
      "llama-3-8b on 1x L4 24GB: the KV cache holds 47 blocks, fewer than the 512 one request of max_model_len 8,192 "
      "needs (maximum concurrency below 1), and vLLM refuses to start so; lower --max-model-len, or raise "
      "--gpu-mem-util or --tp")])
-def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, flags, problem):
+def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, monkeypatch, flags, problem):
     # exit 0 and a negative pool with nothing said, where vLLM refuses to start; the plan is still shown
     proc = run_cli("memory", *flags, "--json", db=tmp_path / "m.duckdb")
     assert proc.stderr.splitlines() == [f"warning: {problem}"]
