@@ -61,10 +61,9 @@ def saved_upload(file) -> Path:
     return Path(st.session_state[key])
 
 
-def said(message: PlannerError | str, uploaded) -> str:
-    """A message about the upload in the page's terms: the user's file name, not its temporary copy's; the page's
-    Format and column controls, not the command line's ``--format`` and ``--map``."""
-    path = saved_upload(uploaded)
+def said(message: PlannerError | str, path: Path, uploaded) -> str:
+    """A message about the upload (copied to ``path``) in the page's terms: the user's file name, not its
+    temporary copy's; the page's Format and column controls, not the command line's ``--format`` and ``--map``."""
     text = str(message).replace(str(path), uploaded.name).replace(path.name, uploaded.name)
     text = text.replace("use --format to pick another reader", "pick another Format above")
     return re.sub(r"\(or say which with --map [^)]*\)", "(or pick the columns below)", text)
@@ -81,7 +80,7 @@ def upload_section(uploaded) -> None:
     try:
         seen = inspect_file(connection(), path, fmt, dialect)
     except PlannerError as exc:
-        st.error(said(exc, uploaded))
+        st.error(said(exc, path, uploaded))
         return
     src = seen.source
     st.caption(f"Format **{src.format}**, compression {src.compression}"
@@ -89,7 +88,7 @@ def upload_section(uploaded) -> None:
                + "".join(f" · {n}" for n in src.notes))
     st.dataframe(seen.preview, hide_index=True, key="traces_preview", height=240)
     if seen.mapping_error:
-        st.warning(said(seen.mapping_error, uploaded))
+        st.warning(said(seen.mapping_error, path, uploaded))
 
     st.markdown("**Column mapping** (detected; change any field)")
     detected = seen.mapping.columns if seen.mapping else {}
@@ -116,7 +115,7 @@ def upload_section(uploaded) -> None:
 
     if st.button("Ingest", type="primary", key="traces_ingest"):
         ingest_with_progress(path, name=name or None, fmt=fmt, overrides=overrides, unit_overrides=units,
-                             dialect=dialect, source_file=uploaded.name, said=lambda exc: said(exc, uploaded))
+                             dialect=dialect, source_file=uploaded.name, said=lambda exc: said(exc, path, uploaded))
 
 
 def ingest_with_progress(path, said=str, **options) -> None:
@@ -157,7 +156,7 @@ def server_section(roots) -> None:
                + (f", layout **{seen.mapping.layout}**, mapping {seen.mapping.columns}" if seen.mapping else ""))
     st.dataframe(seen.preview, hide_index=True, key="traces_server_preview", height=200)
     if seen.mapping_error:
-        st.warning(said(seen.mapping_error, uploaded))
+        st.warning(said(seen.mapping_error, path, uploaded))
         return
     name = st.text_input("Trace name", key="traces_server_name", placeholder="the file's or the folder's name")
     if st.button("Ingest from the server", type="primary", key="traces_server_ingest"):
