@@ -85,10 +85,9 @@ def read_points(path: str | Path) -> pl.DataFrame:
              | ((pl.col("decode_count") > 0) != (pl.col("decode_context") > 0)),
              "prefill tokens without a prefill count, a decode count without a context, or the reverse; expected "
              "both of a pair or neither (a decode's context is at least 1 token)")):
-        rows = numbered.filter(bad)["row"]
-        if rows.len():
-            more = f" (and {rows.len() - 1} more)" if rows.len() > 1 else ""
-            raise PlannerError(f"--points {path}: line {rows[0]}{more} holds {what}")
+        rows = numbered.filter(bad)["row"].to_list()
+        if rows:
+            raise PlannerError(f"--points {path}: {_lines_named(rows)} holds {what}")
     distinct = frame.select(POINT_COLUMNS[:-1]).n_unique()
     if distinct < len(_POINT_PARAMS):
         raise PlannerError(f"--points {path}: {frame.height} rows time {distinct} distinct steps; the "
@@ -109,11 +108,19 @@ def _lines(frame: pl.DataFrame) -> list[int]:
     return frame[LINE].to_list() if LINE in frame.columns else list(range(2, frame.height + 2))
 
 
+def _lines_named(lines: list[int]) -> str:
+    """``line N``, or ``line N (and K more)``: the first of the lines an error or warning is about."""
+    return f"line {lines[0]}" + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+
+
+def _batches(frame: pl.DataFrame) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+    """Each row's step as prefill chunks ``(new, context)`` and decode groups ``(count, context)``."""
+    return [([(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else [])
+            for p, pc, dc, ctx, _ in frame.select(POINT_COLUMNS).iter_rows()]
+
+
 def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
-    rows = []
-    for p, pc, dc, ctx, _ in frame.select(POINT_COLUMNS).iter_rows():
-        rows.append(batch_aggregates([(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))
-    return rows
+    return [batch_aggregates(prefills, decodes) for prefills, decodes in _batches(frame)]
 
 
 def predict_points(scenario: Scenario, frame: pl.DataFrame) -> np.ndarray:
@@ -163,8 +170,7 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] |
         pl.max_horizontal("prefill_tokens", pl.col("decode_context") + (pl.col("decode_count") > 0))
         > scenario.max_model_len).to_series(), strict=True) if too_long]
     if longest:
-        more = f" (and {len(longest) - 1} more)" if len(longest) > 1 else ""
-        raise PlannerError(f"--points: line {longest[0]}{more} holds a sequence longer than --max-model-len "
+        raise PlannerError(f"--points: {_lines_named(longest)} holds a sequence longer than --max-model-len "
                            f"({scenario.max_model_len:,}): no engine runs that step; raise --max-model-len to the "
                            "measured server's")
     measured = frame["step_ms"].to_numpy()
@@ -250,15 +256,13 @@ def _cross_validated(scenario: Scenario, frame: pl.DataFrame, aggs: list, measur
 def _beyond_limits(scenario: Scenario, frame: pl.DataFrame) -> list[str]:
     """A warning naming the rows the scenario's server could never have run (:func:`beyond_limits`): the step was
     timed on another server (other limits or memory than the scenario's), or the row is mistyped."""
-    lines = [(line, why) for line, (p, pc, dc, ctx, _) in zip(_lines(frame), frame.select(POINT_COLUMNS).iter_rows(),
-                                                                strict=True)
-             if (why := beyond_limits(scenario, [(int(p), 0)] * int(pc), [(int(dc), int(ctx))] if dc else []))]
-    if not lines:
+    beyond = [(line, why) for line, batch in zip(_lines(frame), _batches(frame), strict=True)
+              if (why := beyond_limits(scenario, *batch))]
+    if not beyond:
         return []
-    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-    return [f"line {lines[0][0]}{more} holds {' and '.join(lines[0][1])}: no server of this scenario runs that "
-            "step, so it was timed on another (check --max-num-seqs and the memory flags against the measured "
-            "server's) or the row is mistyped"]
+    return [f"{_lines_named([line for line, _ in beyond])} holds {' and '.join(beyond[0][1])}: no server of this "
+            "scenario runs that step, so it was timed on another (check --max-num-seqs and the memory flags against "
+            "the measured server's) or the row is mistyped"]
 
 
 def _absent_kinds(frame: pl.DataFrame) -> list[str]:
