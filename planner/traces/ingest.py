@@ -153,7 +153,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 duplicate = already_stored(cur, sha, owner, reading)
                 report(1.0, "already stored")
                 return duplicate
-            trace_id = _trace_id(cur, sha, read, notes)
+            trace_id = _trace_id(cur, sha, read, reading, notes)
             data = store.requests_data_table(trace_id)
             cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
             report(0.9, "collecting rejects")
@@ -233,10 +233,11 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         return result_from_trace(store.get_trace(con, trace_id), None)
 
 
-def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dict, dict | None],
+def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dict, dict | None], reading: str,
               notes: list[str]) -> str:
-    """The id of a new trace of these bytes, read as ``read`` (columns, units, dialect): their hash's first 16
-    digits, or, where those bytes are stored read another way, the hash of both (and a note naming that trace)."""
+    """The id of a new trace of these bytes, read as ``read`` (columns, units, dialect; ``reading`` is its
+    :func:`planner.traces.store.read_as`): their hash's first 16 digits, or, where those bytes are stored read
+    another way, the hash of both (and a note naming that trace)."""
     other = store.find_by_hash(cur, sha256)
     if other is None:
         return sha256[:16]
@@ -245,7 +246,7 @@ def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dic
                if was != now]
     notes.append(f"the same bytes are stored as {other.name} ({other.trace_id}), read with other "
                  f"{' and '.join(changed)}: this is another reading of them")
-    return hashlib.sha256(f"{sha256}\n{store.read_as(*read)}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{sha256}\n{reading}".encode()).hexdigest()[:16]
 
 
 def _rollback(cur) -> None:
