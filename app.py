@@ -5,6 +5,7 @@ A shared report link (``?report=<id>``) opens that report read-only for anyone w
 
 import streamlit as st
 
+from pages._link import remember_link, show_unapplied
 from pages._prefix import declared_prefix_input
 from pages._scenario import SCENARIO_PAGES, SEARCH_PAGES, scenario, set_current
 from pages._search import search_controls
@@ -32,6 +33,7 @@ if sign_in is not None and (refusal := sign_in.refusal(st.user.to_dict())):
     st.stop()
 
 owner = workspace_owner()
+notice = remember_link()       # a shared link's values the widgets could not take are said here
 traces = store.list_traces(connection(), owner)
 names = [t.name for t in traces]
 by_name = {t.name: t for t in traces}
@@ -70,7 +72,10 @@ page = st.navigation([
 # The scenario (and the recommendation search) belongs to the frame, not to a page: its widgets, bound to the URL,
 # keep their values as the user moves between the pages that take it (a page's own bound widgets are dropped from
 # the query string on navigation). Those pages read it with pages._scenario.current().
-if page.url_path in SCENARIO_PAGES:
-    st.title(page.title)
-    set_current(scenario(), search_controls() if page.url_path in SEARCH_PAGES else None)
-page.run()
+try:
+    if page.url_path in SCENARIO_PAGES:
+        st.title(page.title)
+        set_current(scenario(), search_controls() if page.url_path in SEARCH_PAGES else None)
+    page.run()
+finally:        # also where the scenario or the page stops on an error: a dropped value may be its cause
+    show_unapplied(notice)

@@ -59,6 +59,33 @@ def test_trace_picker_is_bound_to_the_url(tmp_path, monkeypatch):
     assert not at.exception and at.selectbox(key="trace").value == "sample_chat"
 
 
+def test_a_link_value_the_picker_cannot_take_is_named_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "q.duckdb"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["trace"] = "nope"
+    at.run()
+    assert at.selectbox(key="trace").value == "sample_chat"
+    assert [w.value for w in at.warning if "link" in w.value] == [
+        "Not applied from this link: `trace=nope` (showing sample_chat). A control takes only the choices it offers, "
+        "within its range, and shows its own value otherwise: compare views only once these are set."]
+    assert not [w for w in at.run().warning if "link" in w.value]      # said on arrival, not on every run
+    good = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    good.query_params["trace"] = "sample_chat"
+    assert not [w for w in good.run().warning if "link" in w.value]
+
+
+def test_a_link_value_is_applied_when_the_widget_holds_it_as_streamlit_writes_it():
+    from pages._link import same, unapplied
+
+    assert same("0.90", 0.9) and same("8192", 8192) and same("true", True) and same("", None)
+    assert same("h100-sxm", "h100-sxm") and same("4", 4)
+    assert not same("1.5", 1.0) and not same("3", 1) and not same("abc", None) and not same("1", True)
+    pending = {"tp": "3", "util": "0.9", "cap": "512"}
+    assert unapplied(pending, {"tp": 1, "util": 0.9}) == [("tp", "3", 1)]
+    assert pending == {"cap": "512"}            # checked once each; a widget not drawn yet is checked when it is
+    assert unapplied(pending, {"cap": 256}) == [("cap", "512", 256)] and pending == {}
+
+
 def test_traces_page_uploads_maps_and_ingests(app):
     app.switch_page("pages/traces.py").run()
     assert not app.exception

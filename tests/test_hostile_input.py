@@ -205,6 +205,8 @@ def test_a_step_spec_that_names_no_real_step_is_refused(capsys, spec, kind):
     ["step", "--tp", "0", *MODEL, "--prefill", "512"],
     ["workload", "t", "--window", "nan"],
     ["workload", "t", "--buckets", "2048,512"],
+    ["workload", "t", "--buckets", ""],              # not the defaults: an empty list the user typed
+    ["recommend", "t", *MODEL, "--max-new-tokens-options", "-5", "--quiet"],
     ["recommend", "t", *MODEL, "--headroom", "0", "--quiet"],
     ["recommend", "t", *MODEL, "--gpu-options", "h100-sxm=-2", "--quiet"],
     ["recommend", "t", *MODEL, "--gpu-options", "", "--quiet"],

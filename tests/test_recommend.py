@@ -245,6 +245,17 @@ def test_max_new_tokens_caps_are_compared(tmp_path):
     assert row["truncated_share"] == (0.0 if row["max_new_tokens"] is None else pytest.approx(0.0996, abs=0.002))
 
 
+def test_a_max_new_tokens_option_is_read_as_a_cap_or_refused_as_one():
+    from planner.errors import PlannerError
+    from planner.recommend.plan import max_new_tokens_cap
+
+    outputs = np.arange(1, 101)
+    assert [max_new_tokens_cap(t, outputs) for t in ("none", " 64 ", "p50", "P100")] == [None, 64, 51, 100]
+    for bad in ("-5", "0", "p0", "p101", "lots"):       # an input mistake, not an option that fits no server
+        with pytest.raises(PlannerError, match=f"max_new_tokens option '{bad.lower()}': expected none, a positive"):
+            max_new_tokens_cap(bad, outputs)
+
+
 def test_kv_pressure_pulls_every_class_to_fewer_sequences():
     # the same seed scenario on a 40 GB A100 with half its memory for vLLM: 27k KV tokens instead of 450k
     work = synthetic("requests=1200,input=512,output=uniform:64:1024,qps=2,seed=4")

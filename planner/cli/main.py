@@ -118,7 +118,7 @@ def cmd_fit(args) -> None:
 def cmd_workload(args) -> None:
     from planner.workload.tables import DEFAULT_BUCKET_EDGES, parse_bucket_edges, workload_report
 
-    edges = parse_bucket_edges(args.buckets) if args.buckets else DEFAULT_BUCKET_EDGES
+    edges = parse_bucket_edges(args.buckets) if args.buckets is not None else DEFAULT_BUCKET_EDGES
     con = store.open_store(args.db, create=False)
     kv_bytes = None
     if args.model:

@@ -165,9 +165,11 @@ def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:
             if not 0 < share <= 100:
                 raise ValueError(text)
             return int(np.ceil(np.percentile(outputs, share)))
-        return int(text)
+        if (cap := int(text)) < 1:
+            raise ValueError(text)
+        return cap
     except ValueError as exc:
-        raise PlannerError(f"max_new_tokens option {text!r}: expected none, an integer or pNN (p1 to "
+        raise PlannerError(f"max_new_tokens option {text!r}: expected none, a positive integer or pNN (p1 to "
                            "p100)") from exc
 
 
