@@ -110,7 +110,8 @@ def main() -> None:
     for p, label in ((64.0, "trace+KV, ideal roofline max"), (1.0, "trace+KV, additive roofline")):
         knee = fit_trace(settings(CostParams(roofline_p=p)), work, ttft, tpot, blocks_factors=pools)
         rows += compare(CostParams(**knee["params"]), label, knee["num_blocks"])
-        print(f"{label}: training loss {knee['mape']:.3f}, params", {k: round(knee["params"][k], 4) for k in knee["fitted"]})
+        print(f"{label}: training loss {knee['mape']:.3f}, params",
+              {k: round(knee["params"][k], 4) for k in knee["fitted"]})
     table = pl.DataFrame(rows)
     with pl.Config(tbl_rows=200, tbl_width_chars=160, float_precision=3):
         print(table)

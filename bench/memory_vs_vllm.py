@@ -29,8 +29,8 @@ CODELLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers":
 GEMMA_7B = {"model_type": "gemma", "hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
             "num_key_value_heads": 16, "head_dim": 256, "intermediate_size": 24576, "vocab_size": 256000,
             "max_position_embeddings": 8192}
-QWEN2_7B = from_hf_config({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
-                           "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
+QWEN2_7B = from_hf_config({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+                           "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064,
                            "max_position_embeddings": 32768, "tie_word_embeddings": False}, "qwen2-7b")
 QWEN_14B = {"model_type": "qwen2", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
             "num_key_value_heads": 8, "intermediate_size": 13824, "vocab_size": 152064,

@@ -756,7 +756,8 @@ def test_tensor_parallel_steps_pay_the_engines_coordination():
     # through shared memory (0); one GPU pays nothing; a calibration's own value wins
     llama70 = get_model("llama-3-70b")
     v0, v1 = (S(llama70, A100, tp=2, engine=e).coefficients.step_overhead_s for e in ("vllm-v0", "vllm-v1"))
-    assert v0 == pytest.approx(CostParams().step_overhead_s + 7e-3) and v1 == pytest.approx(CostParams().step_overhead_s)
+    base_s = CostParams().step_overhead_s
+    assert v0 == pytest.approx(base_s + 7e-3) and v1 == pytest.approx(base_s)
     assert S(LLAMA8, A100, engine="vllm-v0").coefficients.step_overhead_s == pytest.approx(CostParams().step_overhead_s)
     own = S(llama70, A100, tp=2, engine="vllm-v0", cost=CostParams(tp_step_overhead_s=1e-3)).coefficients
     assert own.step_overhead_s == pytest.approx(CostParams().step_overhead_s + 1e-3)

@@ -39,7 +39,8 @@ def test_metrics_are_the_studys_definitions():
 CLONE = os.environ.get("INFSIM_TRAINING", "")
 
 
-@pytest.mark.skipif(not CLONE or not Path(CLONE).exists(), reason="no clone of inference-sim/training (INFSIM_TRAINING)")
+@pytest.mark.skipif(not CLONE or not Path(CLONE).exists(),
+                    reason="no clone of inference-sim/training (INFSIM_TRAINING)")
 def test_a_published_run_loads_with_its_stages_and_blocks():
     run = fidelity_v1.load(Path(CLONE), "codellama34b-tp2-codegen")
     assert run.work.n == 9000 and np.bincount(run.stage).tolist() == [3000, 6000] and run.rates == (5.0, 10.0)

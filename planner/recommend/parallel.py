@@ -57,9 +57,9 @@ class Memo:
 
 def parallel_map(fn: Callable[[T, Callable[[float, str], None]], R], items: Iterable[T],
                  progress: Callable[[float, str], None] | None = None, workers: int | None = None) -> list[R]:
-    """``[fn(item, report) for item in items]`` on ``workers`` threads (default :data:`WORKERS`), in order. Each call reports its own
-    progress (0–1, message) through ``report``; the caller's ``progress`` sees the mean over the items, called
-    from the calling thread only."""
+    """``[fn(item, report) for item in items]`` on ``workers`` threads (default :data:`WORKERS`), in order. Each
+    call reports its own progress (0–1, message) through ``report``; the caller's ``progress`` sees the mean over
+    the items, called from the calling thread only."""
     items = list(items)
     state = [(0.0, "")] * len(items)
 

@@ -203,7 +203,8 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     combos = list(product(options.tp_options or (scenario.tp,), caps, engine.preemption_modes))
     searches, rows_by, skipped = {}, {}, []
     for i, (tp, cap, mode) in enumerate(combos):
-        step = _scaled(progress, i, len(combos) + len(classes), f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
+        step = _scaled(progress, i, len(combos) + len(classes),
+                       f"TP {tp}, cap {cap}, {mode}: " if len(combos) > 1 else "")
         try:
             search = Search(workload, scenario.replace(tp=tp, preemption=mode, max_new_tokens=cap), progress=step,
                             max_queue_s=options.max_queue_s, executor=executor)

@@ -70,8 +70,9 @@ class FleetSpec:
     def kernel_args(self, settings: EngineSettings, prompt: np.ndarray, output: np.ndarray,
                     caching: bool = False) -> tuple:
         """The fleet loop's trailing arguments: the fleet, then the prefix cache (``caching`` and an identity: the
-        block keys at the settings' block size, and the pool's per-key arrays). A prefix-aware router's margin is a quarter of one replica's KV
-        pool (:mod:`planner.sim.routers.prefix_aware`); it follows a request's parent in the identity."""
+        block keys at the settings' block size, and the pool's per-key arrays). A prefix-aware router's margin is a
+        quarter of one replica's KV pool (:mod:`planner.sim.routers.prefix_aware`); it follows a request's parent
+        in the identity."""
         empty = np.empty(0, np.int64)
         parent = np.full(prompt.shape[0], -1, np.int64)     # the router follows real, earlier parents only
         runs = (empty, empty, empty, *pool_keys(self.replicas, 0))

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit, vllm_scenario_flags
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, reservation_limit,
+                                      vllm_scenario_flags)
 from planner.sim.kernel import LAZY, RESERVE_MAX, simulate_kernel
 from planner.sim.prediction import predicted_lengths
 
