@@ -3,7 +3,9 @@
 Streamlit drops a URL-bound widget's value that the widget cannot hold (an option it does not offer, a number past
 its range, text where a number goes) and shows the widget's default instead, without a word. Someone who opens a
 link to compare views would then compare different scenarios. So the frame keeps the parameters a session arrived
-with and, the first time each one's widget is drawn, checks that the widget holds the link's value.
+with and, once the page the link opens is drawn, checks that each widget drawn holds the link's value. Only that
+first run is checked: a parameter no widget of that page takes is one the app never writes into a link of it, and
+navigating on drops it from the URL anyway.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 
 import streamlit as st
 
-ARRIVED = "link_arrived_with"   # session key: the link's parameters whose widgets have not been drawn yet
+ARRIVED = "link_arrived_with"   # session key: the parameters of the link a session opened, until checked
 
 
 def remember_link():
@@ -46,22 +48,20 @@ def shown(value) -> str:
     return str(value)
 
 
-def unapplied(pending: dict[str, str], state: Mapping) -> list[tuple[str, str, object]]:
-    """``(key, link value, value held)`` for each pending link parameter whose widget ``state`` now holds and
-    holds another value. Every parameter found in ``state`` is checked once: it leaves ``pending``."""
-    found = [key for key in pending if key in state]
-    out = [(key, pending[key], state[key]) for key in found if not same(pending[key], state[key])]
-    for key in found:
-        del pending[key]
-    return out
+def unapplied(link: dict[str, str], state: Mapping) -> list[tuple[str, str, object]]:
+    """``(key, link value, value held)`` for each link parameter whose widget ``state`` holds another value
+    (parameters ``state`` does not hold, whose widgets were not drawn, are not judged)."""
+    return [(key, value, state[key]) for key, value in link.items() if key in state and not same(value, state[key])]
 
 
 def show_unapplied(slot) -> None:
-    """Say, in ``slot``, which of the link's settings the widgets drawn in this run did not take."""
-    pending = st.session_state.get(ARRIVED)
-    if not pending:
+    """Say, in ``slot``, which of the link's settings the widgets of the page it opened did not take (once: the
+    first run's end consumes the link)."""
+    link = st.session_state.get(ARRIVED)
+    if not link:
         return
-    missed = unapplied(pending, st.session_state)
+    st.session_state[ARRIVED] = {}
+    missed = unapplied(link, st.session_state)
     if missed:
         listed = ", ".join(f"`{key}={value}` (showing {shown(held)})" for key, value, held in missed)
         slot.warning(f"Not applied from this link: {listed}. A control takes only the choices it offers, within "

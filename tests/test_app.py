@@ -80,10 +80,9 @@ def test_a_link_value_is_applied_when_the_widget_holds_it_as_streamlit_writes_it
     assert same("0.90", 0.9) and same("8192", 8192) and same("true", True) and same("", None)
     assert same("h100-sxm", "h100-sxm") and same("4", 4)
     assert not same("1.5", 1.0) and not same("3", 1) and not same("abc", None) and not same("1", True)
-    pending = {"tp": "3", "util": "0.9", "cap": "512"}
-    assert unapplied(pending, {"tp": 1, "util": 0.9}) == [("tp", "3", 1)]
-    assert pending == {"cap": "512"}            # checked once each; a widget not drawn yet is checked when it is
-    assert unapplied(pending, {"cap": 256}) == [("cap", "512", 256)] and pending == {}
+    link = {"tp": "3", "util": "0.9", "cap": "512", "max_len": "abc"}
+    # cap: no widget of this page drew it, so nothing is said of it
+    assert unapplied(link, {"tp": 1, "util": 0.9, "max_len": None}) == [("tp", "3", 1), ("max_len", "abc", None)]
 
 
 def test_traces_page_uploads_maps_and_ingests(app):

@@ -84,6 +84,13 @@ def test_a_link_value_the_scenario_cannot_take_is_named_not_silently_dropped(pag
     expect(notice).not_to_contain_text("model")
     page.get_by_role("tab", name="Reservation policies").click()
     expect(notice).to_have_count(0, timeout=60_000)        # said on arrival, not on every run
+    # a parameter of another page's control is not this page's to judge, here or once the user moves on
+    page.goto(server + "/memory?cap=512&field=output_tokens")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    page.get_by_test_id("stSidebarNav").get_by_text("Workload").click()
+    expect(metric(page, "Cap")).to_be_visible(timeout=60_000)
+    page.wait_for_selector(IDLE, timeout=60_000)
+    expect(page.get_by_text("Not applied from this link")).to_have_count(0)
 
 
 def test_simulate_page_link_reproduces_the_run(page, server):
