@@ -263,3 +263,15 @@ def test_version_rules_reproduce_startup_logs_they_were_not_fitted_to():
     plan = Scenario(qwen2, gpu, tp=2, gpu_memory_utilization=0.25, max_model_len=16384,
                     overheads=Overheads(vllm_version="0.10")).memory
     assert plan.kv_capacity_tokens == pytest.approx(450_192, rel=0.01)
+
+
+def test_the_reports_per_gpu_table_gives_one_gpus_share_of_the_weights():
+    from planner.capacity.report import memory_plan_table
+    from planner.scenario import Scenario
+
+    plan = Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm"), tp=2, gpu_memory_utilization=0.95).memory
+    row = dict(zip(*(lambda t: (t.columns, t.rows[0]))(memory_plan_table(plan)), strict=True))
+    # 70.6e9 parameters × 2 bytes over two GPUs: 65.7 GiB each, what "where the memory goes" shows (not 131.4)
+    assert row["weights GiB"] == pytest.approx(weights_bytes(get_model("llama-3-70b"), "bf16") / 2 / GiB, rel=1e-3)
+    assert row["weights GiB"] == pytest.approx(plan.breakdown_gib()["weights"]) == pytest.approx(65.7, abs=0.05)
+    assert row["KV bytes/token"] == 160 * 1024 and row["blocks"] == plan.num_blocks

@@ -4,6 +4,7 @@ payloads, saved reports opened from their link."""
 import hashlib
 import html
 import json
+import shlex
 import re
 
 import numpy as np
@@ -74,6 +75,11 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
     assert assumptions["cost_model"]["mfu"] == 0.55 and assumptions["model_config"]["layers"] == 32
     assert assumptions["reproduce"].startswith("python -m planner report ") and "--model llama-3-8b" in \
         assumptions["reproduce"]
+    # the command runs as printed: the CLI's own parser takes every flag of it
+    from planner.cli.main import build_parser
+
+    args = build_parser().parse_args(shlex.split(assumptions["reproduce"].removeprefix("python -m planner ")))
+    assert args.trace == body["trace"]["trace_id"] and args.output == ["report.html"]
     # the replay's KV pool margin, against the memory plan's pool, in both twins
     margin = body["simulation"]["kv_margin"]
     assert margin["blocks"] == body["memory"]["plan"]["num_blocks"] and margin["holds"] is True
@@ -187,23 +193,37 @@ def test_a_trace_without_times_still_reports_and_says_why_sections_are_empty(con
 
 
 def test_a_report_on_a_calibration_from_another_server_says_so_in_every_twin(con, tmp_path):
-    from planner.sim.cost_model import CostParams, FittedOn
+    from planner.sim.cost_model import FittedOn
 
     path = tmp_path / "lengths.csv"
     path.write_text("input_tokens,output_tokens\n100,20\n200,30\n300,40\n150,25\n")
     info = ingest_file(con, path)
-    fitted = CostParams(mfu=0.45, mbu=0.7, source="calibrated (h100.json)",
-                        fitted_on=FittedOn("llama-3-8b", "h100-sxm", 1, "vllm-v1", ("mfu", "mbu")))
+    from planner.report.render import markdown_text
+    from planner.sim.calibration_file import params_from_json
+
+    # what `calibrate -o` writes: the fit's errors in sample and held out, and its warnings, travel with the file
+    fitted = params_from_json(json.dumps({
+        "model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "engine": "vllm-v1", "params": {"mfu": 0.45, "mbu": 0.7},
+        "fitted": ["mfu", "mbu"], "mape": 0.057, "held_out": {"median_abs_error": 0.092, "bias": 0.083},
+        "warnings": ["mbu is poorly constrained"]}), "h100.json")
+    assert fitted.fitted_on == FittedOn("llama-3-8b", "h100-sxm", 1, "vllm-v1", ("mfu", "mbu"), fit_notes=(
+        "the calibration's own fit: 5.7% mean absolute error on what it fitted; 9.2% median absolute error on "
+        "held-out data, bias +8.3%", "mbu is poorly constrained"))
+    assert params_from_json('{"params": {"mfu": 0.45}, "model": "m", "gpu": "g", "tp": 1}', "x").fitted_on.fit_notes \
+        == ()
     report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096, cost=fitted),
                           RecommendOptions())
     body = report.to_dict()
     (warning,) = body["assumptions"]["calibration_warnings"]
     assert warning.startswith("the calibration was fitted on h100-sxm and is applied to a100-80gb-sxm: its mfu, mbu")
     assert body["assumptions"]["cost_model"]["fitted_on"]["gpu"] == "h100-sxm"
-    assert f"<b>Warning:</b> {html.escape(warning)}" in to_html(report, chart_svgs(report.charts))
-    assert "**Warning:** the calibration was fitted on h100-sxm" in to_markdown(report)
+    assert body["assumptions"]["calibration_fit"] == list(fitted.fitted_on.fit_notes)
+    page, md = to_html(report, chart_svgs(report.charts)), to_markdown(report)
+    for said in (warning, *fitted.fitted_on.fit_notes):
+        assert f"<b>Warning:</b> {html.escape(said)}" in page and f"**Warning:** {markdown_text(said)}" in md
     plain = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096), RecommendOptions())
     assert plain.to_dict()["assumptions"]["calibration_warnings"] == [] and "Warning:" not in to_markdown(plain)
+    assert plain.to_dict()["assumptions"]["calibration_fit"] == []
     assert plain.to_dict()["assumptions"]["trace_warnings"] == [] and plain.trace["served_by"] == {}
 
 

@@ -100,6 +100,14 @@ def prefix_cache_capacity(scenario: Scenario, reuse: ReuseAnalysis) -> dict:
     return out
 
 
+def memory_plan_table(plan: MemoryPlan) -> Table:
+    """The plan's figures for one GPU of the tensor-parallel group (the report's memory table)."""
+    return Table("Memory plan (per GPU)", ["parameters (model)", "weights GiB", "KV bytes/token", "KV pool GiB",
+                                           "blocks", "KV tokens", "max concurrency"],
+                 [[plan.param_count, plan.weights_bytes_per_gpu / 2**30, plan.kv_bytes_per_token_per_gpu,
+                   plan.kv_pool_bytes / 2**30, plan.num_blocks, plan.kv_capacity_tokens, plan.max_concurrency]])
+
+
 def prefix_capacity_table(cache: dict) -> Table:
     """:func:`prefix_cache_capacity` as one row (the Memory page and the report)."""
     return Table(f"Prefix reuse against the KV pool ({cache['describe']})",

@@ -68,6 +68,7 @@ class Report:
         model = {k: v for k, v in asdict(s.model).items() if v is not None and not k.startswith("help")}
         return {"cost_model": s.cost.resolved(s).as_dict(),
                 "calibration_warnings": list(searched_calibration_warnings(s, self.options)),
+                "calibration_fit": list(s.cost.fitted_on.fit_notes) if s.cost.fitted_on else [],
                 "trace_warnings": [note] if (note := several_servers(self.trace["served_by"], s.model)) else [],
                 "model_config": model,
                 "gpu": {k: v for k, v in asdict(s.gpu).items() if not k.startswith("help")},
@@ -198,6 +199,7 @@ def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptio
     if options.shared_prefix:
         parts.append(f"--shared-prefix {shlex.quote(options.shared_prefix)}")
     parts += [f"--slo {shlex.quote(s)}" for s in options.slos]
+    parts.append("-o report.html")
     if scenario.cost.source != CostParams().source:
         parts.append(f"--calibration CALIBRATION.json  # {scenario.cost.source}")
     return " ".join(parts)

@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from planner.capacity.report import prefix_capacity_table
+from planner.capacity.report import memory_plan_table, prefix_capacity_table
 from planner.recommend.table import FLEET_CHARTS, class_table, fleet_table, schedule_tables
 from planner.tables import Table, fmt
 from planner.workload.stats import stats_percentile_rows
@@ -47,8 +47,10 @@ def _image(name: str, svg: str) -> str:
 
 
 def _warnings(report: Report) -> list[str]:
-    """What the report's figures rest on that the reader should know: the trace's, then the calibration's."""
-    return [*report.assumptions["trace_warnings"], *report.assumptions["calibration_warnings"]]
+    """What the report's figures rest on that the reader should know: the trace's, then the calibration's (where
+    it is applied, then what its file says of its fit)."""
+    return [*report.assumptions["trace_warnings"], *report.assumptions["calibration_warnings"],
+            *report.assumptions["calibration_fit"]]
 
 
 def _rows(report: Report) -> dict[str, list[Table]]:
@@ -73,12 +75,8 @@ def _rows(report: Report) -> dict[str, list[Table]]:
                                                   "Poisson-consistent", "best inter-arrival fit"],
                                      [[arr["span_s"], arr["peaks"]["mean_rate_rps"], arr["peaks"]["peak_rate_rps"],
                                        arr["fit"]["cv"], arr["fit"]["poisson_consistent"], arr["fit"]["best"]]]))
-    plan, gib = report.memory.plan, 1024 ** 3
-    out["memory"].append(Table("Memory plan (per GPU)", ["parameters", "weights GiB", "KV bytes/token (per GPU)",
-                                                         "KV pool GiB", "blocks", "KV tokens", "max concurrency"],
-                               [[plan.param_count, plan.weights_bytes / gib, plan.kv_bytes_per_token_per_gpu,
-                                 plan.kv_pool_bytes / gib, plan.num_blocks, plan.kv_capacity_tokens,
-                                 plan.max_concurrency]]))
+    plan = report.memory.plan
+    out["memory"].append(memory_plan_table(plan))
     breakdown = plan.breakdown_gib()
     out["memory"].append(Table("Where the memory goes (GiB)", list(breakdown), [list(breakdown.values())]))
     if report.memory.trace:

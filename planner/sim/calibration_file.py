@@ -92,7 +92,25 @@ def _fitted_on(data: dict, fitted: list | None) -> FittedOn | None:
         gpu = get_gpu(gpu).name
     except PlannerError:
         pass                        # not in this catalog: compared as written
-    return FittedOn(model, gpu, tp, engine, tuple(fitted or ()), **dtypes)
+    return FittedOn(model, gpu, tp, engine, tuple(fitted or ()), **dtypes, fit_notes=_fit_notes(data))
+
+
+def _fit_notes(data: dict) -> tuple[str, ...]:
+    """What a calibration file says of its own fit: its error on what it fitted and on held-out data, then its
+    warnings (a parameter the data hardly pins, requests left out, a held-out error above the fitted one)."""
+    def number(value) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    errors = []
+    if number(data.get("mape")):
+        errors.append(f"{data['mape']:.1%} mean absolute error on what it fitted")
+    held = data.get("held_out")
+    if isinstance(held, dict) and number(held.get("median_abs_error")):
+        bias = f", bias {held['bias']:+.1%}" if number(held.get("bias")) else ""
+        errors.append(f"{held['median_abs_error']:.1%} median absolute error on held-out data{bias}")
+    warnings = data.get("warnings")
+    notes = [f"the calibration's own fit: {'; '.join(errors)}"] if errors else []
+    return (*notes, *(w for w in warnings if isinstance(w, str))) if isinstance(warnings, list) else tuple(notes)
 
 
 def file_text(report: dict, scenario: Scenario) -> str:

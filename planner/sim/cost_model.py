@@ -53,6 +53,9 @@ class FittedOn:
         The parameters the measurements set; the rest were left to the scenario they are applied to.
     weight_dtype, kv_cache_dtype : str or None
         Its weights' and KV cache's dtypes; None in calibration files written before they were recorded.
+    fit_notes : tuple of str
+        What the calibration file says of its own fit (its errors in sample and held out, its warnings), for a
+        report built on it to repeat.
     """
 
     model: str
@@ -62,6 +65,7 @@ class FittedOn:
     fitted: tuple[str, ...]
     weight_dtype: str | None = None
     kv_cache_dtype: str | None = None
+    fit_notes: tuple[str, ...] = ()
 
 
 def _same_precision(fitted: str | None, applied: str) -> bool:
