@@ -59,10 +59,19 @@ def test_the_confident_count_is_the_90th_percentile_of_what_each_resample_needs(
     samples = [block_bootstrap(at_rate, seed, block) for seed in range(10)]
     k = sized.confident_replicas
     share = np.mean([_holds(s, k) for s in samples])
-    assert share >= CONFIDENCE
-    if k > 1:
+    assert share >= CONFIDENCE and k >= sized.replicas       # it holds on the trace too
+    if k > sized.replicas:
         assert np.mean([_holds(s, k - 1) for s in samples]) < CONFIDENCE
     assert sized.held_share == np.mean([_holds(s, sized.replicas) for s in samples])
+
+
+def test_the_confident_count_never_falls_below_what_the_trace_itself_needs():
+    from planner.recommend.fleet import confident_count
+
+    needs = [3, 3, 3, 3, 3, 3, 3, 3, 4, 5]          # resamples that broke up the trace's surge need fewer
+    assert confident_count(needs, 0.9, point=2) == 4 and confident_count(needs, 0.9, point=5) == 5
+    assert confident_count([3] * 9 + [None], 0.9, point=2) == 3
+    assert confident_count([3] * 8 + [None] * 2, 0.9, point=2) is None     # 10% of resamples no count holds
 
 
 def test_growth_needs_at_least_as_many_and_the_schedule_covers_the_trace(busy, sized):
@@ -129,6 +138,11 @@ def test_the_plan_sizes_each_class_by_simulation_not_by_division():
     assert row.gpus == row.replicas_for_peak and row.cost_per_hour == row.replicas_for_peak * GPU.price_per_hour
     assert row.to_dict()["fleet"]["confident_replicas"] == row.fleet.confident_replicas
     assert set(row.to_dict()) >= {"router", "queue_ms", "verdict", "replicas_for_peak"}
+    # the schedule's rates carry the headroom, and its column says so
+    from planner.recommend.table import schedule_tables
+
+    (table,) = schedule_tables(replace(rec, headroom=1.5))
+    assert table.columns[3] == "req/s × 1.5 headroom"
 
 
 def test_gpu_options_compare_fleets_by_cost():

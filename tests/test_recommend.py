@@ -167,7 +167,7 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     margin = details["kv_margin"]
     assert margin["holds"] is True and margin["blocks"] == seed_search.config(
         cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"]).settings.num_blocks
-    assert any(n.startswith("At the recommended rate the queue holds at") for n in details["diagnosis"])
+    assert any(n.startswith("At the recommended rate the queue stays bounded at") for n in details["diagnosis"])
 
 
 def test_recommend_page(tmp_path, monkeypatch):

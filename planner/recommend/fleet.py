@@ -53,8 +53,9 @@ class FleetPoint:
 @dataclass(frozen=True)
 class FleetSizing:
     """A class's fleet: the point estimate (smallest N that holds on the trace at rate × headroom, N − 1 shown
-    failing in ``curve``), the count that holds in at least ``confidence`` of ``resamples`` block-bootstrap
-    resamples, the growth what-if and the scaling schedule."""
+    failing in ``curve``), the count that holds on the trace and in at least ``confidence`` of ``resamples``
+    block-bootstrap resamples (never below the point estimate: resampling blocks can break up a surge the trace
+    itself has), the growth what-if and the scaling schedule."""
 
     router: str
     replicas: int | None
@@ -202,7 +203,7 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
                          workers=search.executor.workers)
     held = float(np.mean([search.point(("boot", i), samples[i], point).holds for i in range(resamples)])) \
         if resamples else None
-    confident = _quantile_count(needs, CONFIDENCE) if resamples else None
+    confident = confident_count(needs, CONFIDENCE, point) if resamples else None
     grown = replace(work, arrival_s=work.arrival_s / growth)
     growth_replicas = search.smallest("growth", grown, math.ceil(point * growth))
     schedule = _schedule(search, workload, headroom, qps_per_replica)
@@ -213,11 +214,12 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
                        growth, growth_replicas, schedule, scheduled, point * hours * scenario.tp)
 
 
-def _quantile_count(needs: list[int | None], confidence: float) -> int | None:
-    """The smallest N that holds in at least ``confidence`` of the resamples (None counts as never)."""
+def confident_count(needs: list[int | None], confidence: float, point: int) -> int | None:
+    """The smallest N that holds on the trace (``point`` replicas or more) and in at least ``confidence`` of the
+    resamples, each of which needs ``needs[i]`` (None: no count holds it)."""
     ordered = sorted(math.inf if n is None else n for n in needs)
     value = ordered[math.ceil(confidence * len(ordered)) - 1]
-    return None if math.isinf(value) else int(value)
+    return None if math.isinf(value) else max(point, int(value))
 
 
 def _curve(search: FleetSearch, key) -> list[FleetPoint]:

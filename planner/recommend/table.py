@@ -66,7 +66,8 @@ def schedule_tables(recommendation: Recommendation) -> list[Table]:
     for r in recommendation.classes:
         if r.fleet and r.fleet.schedule:
             out.append(Table(f"{r.name}: replicas per window (scaling schedule)",
-                             ["from (h)", "to (h)", "requests", "req/s", "replicas"],
+                             ["from (h)", "to (h)", "requests", f"req/s × {recommendation.headroom:g} headroom",
+                              "replicas"],
                              [[w["start_s"] / 3600, w["end_s"] / 3600, w["requests"], w["rate_rps"], w["replicas"]]
                               for w in r.fleet.schedule]))
     return out

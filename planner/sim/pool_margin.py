@@ -64,16 +64,19 @@ class PoolMargin:
         return self.change is not None and abs(self.change) <= NEAR
 
     def sentence(self, subject: str = "The queue") -> str:
-        """One line for the page and the CLI: the edge against the pool, or why there is none."""
+        """One line for the page and the CLI: the edge against the pool, or why there is none. "Bounded" is what
+        :func:`queue_holds` checks (stable or backlogged), not that latencies are low: a backlogged queue drains,
+        late."""
         lo, hi = self.searched_blocks
         if self.edge_blocks is None:
-            end = (f"holds at {self.blocks:,} KV blocks and still at {lo:,} (1/{SEARCH_FACTOR} of the pool)"
+            end = (f"stays bounded at {self.blocks:,} KV blocks and still at {lo:,} (1/{SEARCH_FACTOR} of the pool)"
                    if self.holds else f"is overloaded at {self.blocks:,} KV blocks and still at {hi:,} "
                                       f"({SEARCH_FACTOR}x the pool)")
             return f"{subject} {end}: the verdict does not rest on the pool estimate."
-        edge = (f"holds at {self.blocks:,} KV blocks and down to {self.edge_blocks:,} ({self.change:+.0%}), "
+        edge = (f"stays bounded at {self.blocks:,} KV blocks and down to {self.edge_blocks:,} ({self.change:+.0%}), "
                 "overloading below" if self.holds else
-                f"is overloaded at {self.blocks:,} KV blocks and holds from {self.edge_blocks:,} ({self.change:+.0%})")
+                f"is overloaded at {self.blocks:,} KV blocks and bounded from {self.edge_blocks:,} "
+                f"({self.change:+.0%})")
         check = (": close enough that the verdict turns on the pool estimate; check the server's startup log"
                  if self.near else "; a server's startup log gives its real pool")
         return f"{subject} {edge}{check} (GPU KV cache size ÷ block size)."
@@ -81,8 +84,8 @@ class PoolMargin:
     def table(self) -> Table:
         """The margin as one row (the report's simulation section)."""
         return Table("KV pool margin (blocks per replica)",
-                     ["pool", "queue at the pool", "holds from", "change", "searched", "note"],
-                     [[self.blocks, "holds" if self.holds else "overloaded", self.edge_blocks, self.change,
+                     ["pool", "queue at the pool", "bounded from", "change", "searched", "note"],
+                     [[self.blocks, "bounded" if self.holds else "overloaded", self.edge_blocks, self.change,
                        "{:,}–{:,}".format(*self.searched_blocks), self.sentence()]])
 
     def to_dict(self) -> dict:
