@@ -115,6 +115,19 @@ def test_capacity_simulation_and_recommendation_charts_export():
     assert len(sim_charts.latency_quantiles(np.array([np.nan, 0.5]), "x")) == sim_charts.CDF_POINTS
 
 
+def test_a_sweeps_overloaded_points_are_crossed_and_an_aborted_throughput_left_out():
+    from planner.charts import recommend as recommend_charts
+
+    points = [{"max_num_seqs": 8, "ttft_p99_ms": 90_000.0, "tpot_p99_ms": 80.0, "throughput_tok_s": None,
+               "overloaded": True},
+              {"max_num_seqs": 16, "ttft_p99_ms": 150.0, "tpot_p99_ms": 30.0, "throughput_tok_s": 500.0,
+               "overloaded": False}]
+    panels = spec(recommend_charts.sweep_chart(points, "max_num_seqs"))["hconcat"]
+    crosses = [[layer for layer in panel["layer"] if layer.get("mark", {}).get("shape") == "cross"]
+               for panel in panels]
+    assert [len(c) for c in crosses] == [1, 1, 0]           # TTFT, TPOT; none on throughput
+
+
 def test_the_memory_breakdown_is_a_banded_bar_of_the_whole_gpu():
     from planner.charts import capacity as capacity_charts
 

@@ -1,6 +1,7 @@
 """Recommendations: the seed's directions, SLOs met at the recommended rate, infeasibility, the CLI contract."""
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -81,6 +82,15 @@ def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     assert row.predicted["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
     # at no rate does it serve the class: no cost per token (its light-load throughput would invent one)
     assert row.throughput_tok_s > 0 and row.cost_per_million_output_tokens is None
+    # the load those figures were replayed at is the row's, and its diagnosis names it
+    cfg = row.config
+    light = seed_search.run(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], row.scale,
+                            cfg["enable_chunked_prefill"])
+    assert row.scale > 0 and light.metric_ms("ttft", 99) == row.predicted["ttft_ms"]["p99"]
+    from planner.recommend.diagnosis import class_details
+
+    (note,) = class_details(seed_search, row, SLOClass("impossible", "ttft", 99, 1.0), [])["diagnosis"]
+    assert f"at {row.scale * seed_search.base_rate:.3g} req/s" in note
 
 
 def test_parse_slo():
@@ -168,6 +178,13 @@ def test_details_explain_and_sweep(seed_search, seed_rows):
     assert margin["holds"] is True and margin["blocks"] == seed_search.config(
         cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["enable_chunked_prefill"]).settings.num_blocks
     assert any(n.startswith("At the recommended rate the queue stays bounded at") for n in details["diagnosis"])
+    # what breaks first is bracketed by the rate sweep's own points: met at the lower rate, missed at the higher
+    (note,) = [n for n in details["diagnosis"] if "breaks first" in n]
+    name, met, missed = re.search(r"the (\w+) SLO breaks first, between ([\d.]+) req/s \(met\) and ([\d.]+)",
+                                  note).groups()
+    bound_ms = {"ttft": ("ttft_p99_ms", 200), "tpot": ("tpot_p99_ms", 50)}[name]
+    at = {f"{p['rate_rps']:.2f}": p[bound_ms[0]] for p in rate}
+    assert at[met] <= bound_ms[1] < at[missed]
 
 
 def test_recommend_page(tmp_path, monkeypatch):
@@ -254,6 +271,30 @@ def test_a_max_new_tokens_option_is_read_as_a_cap_or_refused_as_one():
     for bad in ("-5", "0", "p0", "p101", "lots"):       # an input mistake, not an option that fits no server
         with pytest.raises(PlannerError, match=f"max_new_tokens option '{bad.lower()}': expected none, a positive"):
             max_new_tokens_cap(bad, outputs)
+
+
+def test_a_sweep_point_the_search_stopped_is_overloaded_without_a_throughput():
+    from planner.recommend.diagnosis import _point
+
+    flood = synthetic("requests=2000,input=2000,output=200,qps=50,seed=1")
+    scenario = Scenario(MODEL, get_gpu("a100-80gb-sxm"), max_model_len=4096)
+    stopped, whole = simulate(flood, scenario, abort_wait_s=5.0), simulate(flood, scenario)
+    assert stopped.aborted and not whole.aborted
+    # the window before the stop can read above the offered load: it is no throughput of the configuration
+    assert _point(stopped)["throughput_tok_s"] is None and _point(stopped)["overloaded"]
+    assert _point(whole)["throughput_tok_s"] == whole.output_rate_tok_s() and _point(whole)["overloaded"]
+
+
+def test_the_cache_line_names_what_preempted_requests_find_again():
+    from planner.recommend.diagnosis import cache_sentence
+
+    gain = {"hit_rate": 0.0, "rehit_tokens": 1_352_160, "prompt_tokens": 9_923_594, "max_qps_with_cache": 0.60,
+            "max_qps_without_cache": 0.45, "gain": 0.60 / 0.45 - 1}
+    assert cache_sentence(gain) == (
+        "Prefix caching (vLLM V1's default) serves 0% of prompt tokens from the cache at the recommended rate, and "
+        "finds 1,352,160 tokens again after preemptions (14% of the prompt tokens; recomputed with it off); with it "
+        "off this configuration sustains 0.45 req/s per replica instead of 0.60 (+33%).")
+    assert "again" not in cache_sentence({**gain, "rehit_tokens": 0})
 
 
 def test_kv_pressure_pulls_every_class_to_fewer_sequences():

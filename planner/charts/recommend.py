@@ -17,8 +17,9 @@ METRICS = {"ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "thro
 
 def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
                 slo_lines: dict[str, float] | None = None, bands: list[dict] | None = None) -> alt.HConcatChart:
-    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value, and the
-    spread across resampled traces where ``bands`` gives it."""
+    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value, the
+    spread across resampled traces where ``bands`` gives it, and a red cross on each overloaded point (its latency
+    a floor; its throughput, where the search stopped it early, left out)."""
     frame = pl.DataFrame(points)
     panels = []
     for column, title in METRICS.items():
@@ -30,6 +31,11 @@ def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
         if bands and f"{column}_lo" in bands[0]:
             layers.insert(0, alt.Chart(pl.DataFrame(bands)).mark_area(opacity=0.2).encode(
                 x=f"{knob}:Q", y=f"{column}_lo:Q", y2=f"{column}_hi:Q"))
+        overloaded = frame.filter(pl.col("overloaded")) if "overloaded" in frame.columns else frame.clear()
+        if overloaded.height and column != "throughput_tok_s":     # the search stopped these: a floor, not a value
+            layers.append(alt.Chart(overloaded).mark_point(shape="cross", size=90, color="firebrick").encode(
+                x=f"{knob}:Q", y=f"{column}:Q", tooltip=[alt.Tooltip(f"{knob}:Q"), alt.Tooltip(
+                    f"{column}:Q", format=",.1f", title=f"{title}, overloaded (at least)")]))
         if slo_lines and column in slo_lines:
             layers.append(alt.Chart(pl.DataFrame({"y": [slo_lines[column]]})).mark_rule(
                 strokeDash=[4, 3], color="firebrick").encode(y="y:Q"))

@@ -19,9 +19,13 @@ LOAD_STEPS = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5)
 
 
 def _point(result: SimResult, **extra) -> dict:
+    """A sweep's point. A replay the search stopped early is overloaded; its throughput is left out (it covers
+    only the window before the stop, and can read above the offered load) and its p99s are of the requests it
+    served, a floor."""
     return {**extra, "ttft_p99_ms": result.metric_ms("ttft", 99), "tpot_p99_ms": result.metric_ms("tpot", 99),
-            "e2e_p99_ms": result.metric_ms("e2e", 99), "throughput_tok_s": result.output_rate_tok_s(),
-            "preemptions": int(result.preemptions.sum())}
+            "e2e_p99_ms": result.metric_ms("e2e", 99),
+            "throughput_tok_s": None if result.aborted else result.output_rate_tok_s(),
+            "preemptions": int(result.preemptions.sum()), "overloaded": result.verdict == "overloaded"}
 
 
 def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> dict:
@@ -102,7 +106,7 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
              chunked: bool = True) -> list[str]:
     """Plain sentences: what breaks first as load rises, what binds, and whether length-aware scheduling helps."""
     notes = []
-    first, never = {}, []
+    first, never = {}, []           # first: the last load step that met the SLO and the first that did not
     for i, factor in enumerate(LOAD_STEPS):
         result = search.run(seqs, budget, scale * factor, chunked)
         for slo in slos:
@@ -112,10 +116,12 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
                 if i == 0:
                     never.append(slo.name)
                 else:
-                    first[slo.name] = factor * scale * search.base_rate
+                    first[slo.name] = tuple(f * scale * search.base_rate for f in LOAD_STEPS[i - 1:i + 1])
     if first:
-        name = min(first, key=first.get)
-        notes.append(f"As load rises, the {name} SLO breaks first, at about {first[name]:.2f} req/s.")
+        name = min(first, key=lambda n: first[n][1])
+        met, broken = first[name]
+        notes.append(f"As load rises, the {name} SLO breaks first, between {met:.2f} req/s (met) and {broken:.2f} "
+                     "req/s (missed).")
     if never:
         verb = "is" if len(never) == 1 else "are"
         notes.append(f"With these settings {', '.join(never)} {verb} not met even at half this rate.")
@@ -161,7 +167,9 @@ def cache_gain(search: Search, row: ClassRecommendation, slo: SLOClass) -> dict 
     scale, _ = off.max_scale(seqs, budget, chunked, slo, off.capacity_scale(seqs, budget, chunked))
     search.count(off.simulations)
     without = scale * search.base_rate
-    return {"hit_rate": prefix_cache_stats(at, at.completed)["hit_rate"], "identity": search.workload.prefix.source,
+    stats = prefix_cache_stats(at, at.completed)
+    return {"hit_rate": stats["hit_rate"], "rehit_tokens": stats["rehit_tokens"],
+            "prompt_tokens": stats["prompt_tokens"], "identity": search.workload.prefix.source,
             "max_qps_with_cache": row.max_qps_per_replica, "max_qps_without_cache": without,
             "gain": row.max_qps_per_replica / without - 1 if without > 0 else None}
 
@@ -170,9 +178,13 @@ def cache_sentence(gain: dict) -> str:
     """The diagnosis line of :func:`cache_gain`."""
     without = gain["max_qps_without_cache"]
     change = (f"{gain['gain']:+.0%}" if gain["gain"] is not None else "where it sustains nothing without it")
+    # a preempted request recomputes its tokens unless the cache still holds them: that gain is not a prompt hit
+    rehits = gain.get("rehit_tokens", 0)
+    again = (f", and finds {rehits:,} tokens again after preemptions ({rehits / gain['prompt_tokens']:.0%} of the "
+             "prompt tokens; recomputed with it off)" if rehits and gain.get("prompt_tokens") else "")
     return (f"Prefix caching (vLLM V1's default) serves {gain['hit_rate']:.0%} of prompt tokens from the cache at "
-            f"the recommended rate; with it off this configuration sustains {without:.2f} req/s per replica instead "
-            f"of {gain['max_qps_with_cache']:.2f} ({change}).")
+            f"the recommended rate{again}; with it off this configuration sustains {without:.2f} req/s per replica "
+            f"instead of {gain['max_qps_with_cache']:.2f} ({change}).")
 
 
 def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> PoolMargin:
@@ -190,7 +202,12 @@ def rate_margin(search: Search, seqs: int, budget: int, scale: float, chunked: b
 def class_details(search: Search, row: ClassRecommendation, slo: SLOClass, slos: list[SLOClass]) -> dict:
     """Sweeps, Pareto front, tornado and diagnosis around a class's recommendation (feasible classes only)."""
     if not row.feasible:
-        return {"diagnosis": [f"No configuration meets {slo.name} on this trace; the closest is shown."]}
+        closest = (f"max_num_seqs {row.config['max_num_seqs']}, max_num_batched_tokens "
+                   f"{row.config['max_num_batched_tokens']}")
+        return {"diagnosis": [
+            f"No configuration meets {slo.name} on this trace; the closest ({closest}) is shown, its latencies and "
+            f"throughput at {row.scale * search.base_rate:.3g} req/s (1/64 of the rate it can carry: the lowest "
+            "the search tries), where it still misses."]}
     seqs, budget = row.config["max_num_seqs"], row.config["max_num_batched_tokens"]
     chunked = row.config["enable_chunked_prefill"]
     points = [g for g in row.grid if g.get("ttft_p99_ms") is not None]

@@ -292,7 +292,8 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict]) -> ClassRecom
         throughput_tok_s=out_tok_s, cost_per_hour=None,
         # an infeasible class's closest configuration runs at a load it cannot serve: it costs nothing defined
         cost_per_million_output_tokens=price / (out_tok_s * 3600 / 1e6) if out_tok_s and feasible else None,
-        **launch(cfg, scenario), scale=best.get("scale", 0.0),
+        # an infeasible class's figures are of its closest configuration at the search's lightest load
+        **launch(cfg, scenario), scale=best.get("scale", 0.0) if feasible else _capacity_floor(search, best),
         grid=[{k: v for k, v in g.items() if k != "result"} for g in grid], tp=scenario.tp,
         max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp,
         verdict=result.verdict if result else "overloaded",

@@ -8,7 +8,7 @@ from planner.tables import Table
 COLUMNS = ["class", "SLO", "feasible", "max_num_seqs", "max_num_batched_tokens", "preemption", "TP",
            "max_new_tokens", "TTFT p99 ms", "TPOT p99 ms", "queue p99 ms", "queue", "output tok/s",
            "req/s per replica", "router", "replicas", "replicas (90% confidence)", "GPUs", "$/hour",
-           "$/M output tokens"]
+           "$/M output tokens (replica at its max rate)"]
 FLEET_CHARTS = ("fleet", "schedule")      # the class charts the Recommendations section shows
 
 

@@ -56,6 +56,12 @@ class SimResult:
         """``stable``, ``backlogged`` or ``overloaded`` (:mod:`planner.sim.stability`), computed once."""
         return verdict(self.workload.arrival_s, self.first_scheduled, self.rejected)
 
+    @property
+    def aborted(self) -> bool:
+        """Whether the replay stopped early (a search's ``abort_wait_s``): requests left never scheduled, so its
+        throughput covers a window of the replay, not the whole, and its percentiles only the requests served."""
+        return bool(np.any(~self.rejected & np.isnan(self.first_scheduled)))
+
     def queue_p99_s(self) -> float:
         """p99 queueing delay (arrival to first scheduled) in seconds; a request never scheduled (a search's
         abort) counts as waiting forever."""
