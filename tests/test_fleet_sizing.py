@@ -115,6 +115,46 @@ def test_resamples_of_a_short_trace_keep_its_rate():
     assert all(np.ptp(block_bootstrap(work, s, block).arrival_s) <= np.ptp(work.arrival_s) + 1e-9 for s in range(20))
 
 
+def _ar1(phi: float, n: int, seed: int) -> np.ndarray:
+    noise = np.random.default_rng(seed).standard_normal(n)
+    x = np.empty(n)
+    x[0] = noise[0]
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + noise[i]
+    return x
+
+
+def test_the_block_length_is_politis_and_whites():
+    from planner.recommend.block_length import circular_block_length
+
+    # what the arch package's optimal_block_length (8.0.0) gives for these series, to the last digits
+    assert circular_block_length(_ar1(0.5, 1000, 7)) == pytest.approx(17.44797037777947, rel=1e-12)
+    assert circular_block_length(_ar1(0.9, 1000, 7)) == pytest.approx(48.650325254213826, rel=1e-12)
+    # and near the AR(1) series' own optimum, (1.5 (2φ / (1 − φ²))²)^⅓ n^⅓ = 13.9 at φ = 0.5
+    assert 10 < circular_block_length(_ar1(0.5, 1000, 7)) < 20
+    assert circular_block_length(_ar1(0.0, 1000, 7)) < 2                   # independent values: about a bin a block
+    assert circular_block_length(np.full(100, 3.0)) == circular_block_length(np.arange(5.0)) == 1.0
+
+
+def test_a_surge_keeps_its_minutes_together_in_the_bootstrap():
+    # 90 minutes at 1 req/s with a 15-minute surge at 3 req/s more
+    rng = np.random.default_rng(3)
+    flat = np.sort(rng.uniform(0, 5400, 5400))
+    surged = np.sort(np.concatenate([flat, rng.uniform(1800, 2700, 2700)]))
+    work, calm = (SimWorkload(t, np.full(t.size, 100), np.full(t.size, 10), "x") for t in (surged, flat))
+    assert block_seconds(calm) == pytest.approx(np.ptp(flat) / 90)          # Poisson minutes: a minute a block
+    block = block_seconds(work)
+    assert 10 * 60 < block < 15 * 60
+
+    def peak_15min(arrival):
+        return int((np.searchsorted(arrival, arrival + 900) - np.arange(arrival.size)).max())
+
+    # one-minute blocks scatter the surge: their resamples' busiest quarter hour is half the trace's
+    peaks = {b: np.median([peak_15min(block_bootstrap(work, s, b).arrival_s) for s in range(20)])
+             for b in (60.0, block)}
+    assert peak_15min(surged) == 3574 and peaks[60.0] < 0.55 * 3574 < 0.65 * 3574 < peaks[block]
+
+
 def test_no_more_than_ten_bootstrap_blocks_per_request():
     # a stray arrival 317 years after 200 others cut the span into 1.7e8 one-minute blocks: 24 GB, then killed
     work = synthetic("requests=200,input=100,output=10,qps=1,seed=3")

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from planner.executors import Executor, get_executor
+from planner.recommend.block_length import circular_block_length
 from planner.recommend.parallel import Memo, parallel_map
 from planner.recommend.slo import SLOClass, abort_wait_s, holds, meets
 from planner.scenario import Scenario
@@ -23,9 +24,12 @@ from planner.sim.run import simulate_on
 from planner.sim.workload import SimWorkload
 from planner.workload.rates import arrival_rate_rps
 
-BLOCK_S = 60.0              # bootstrap blocks: whole minutes, so a burst stays a burst
-MIN_BLOCKS = 10             # a trace shorter than 10 minutes is cut into 10 blocks instead
-BLOCKS_PER_REQUEST = 10     # a sparse trace's minutes, mostly empty, are merged past ten blocks per request
+BLOCK_S = 60.0              # the bootstrap reads a trace in minutes, and its blocks are whole runs of them
+MIN_BLOCKS = 10             # a trace shorter than 10 minutes is read in 10 bins instead
+BLOCKS_PER_REQUEST = 10     # a sparse trace's minutes, mostly empty, are merged past ten bins per request
+# fewer bins say too little of their dependence to lengthen a block (Politis and White's search looks for five
+# insignificant autocorrelations in a row within √n + 5 lags): those are bootstrapped a bin per block
+MIN_DEPENDENCE_BINS = 30
 CONFIDENCE = 0.9
 RESAMPLES = 20
 GROWTH = 1.5                # the what-if: traffic grown by half
@@ -109,12 +113,20 @@ def block_bootstrap(work: SimWorkload, seed: int, block_s: float) -> SimWorkload
 
 
 def block_seconds(work: SimWorkload) -> float:
-    """The bootstrap's block: the span divided evenly into whole blocks of about a minute (at least
-    :data:`MIN_BLOCKS`, at most :data:`BLOCKS_PER_REQUEST` per request), so no block is partial and a resample
-    spans what the trace spans. The cap keeps a resample's cost to its requests: one stray timestamp years off
-    would otherwise cut the span into 10⁸ minutes, most of them empty."""
+    """The bootstrap's block: as many whole minutes as the arrivals' own dependence asks
+    (:func:`planner.recommend.block_length.circular_block_length` on the requests counted per minute), so that a
+    surge stays whole in a resample; the span divided evenly into them, so no block is partial and a resample spans
+    what the trace spans. A trace shorter than :data:`MIN_BLOCKS` minutes is read in that many bins, and one of
+    fewer than :data:`MIN_DEPENDENCE_BINS` bins is bootstrapped a bin per block; at most
+    :data:`BLOCKS_PER_REQUEST` bins per request keep a resample's cost to its requests (one stray timestamp years
+    off would otherwise cut the span into 10⁸ minutes, most of them empty)."""
     span = float(np.ptp(work.arrival_s)) if work.n else 0.0
-    return span / max(MIN_BLOCKS, min(round(span / BLOCK_S), BLOCKS_PER_REQUEST * work.n)) if span > 0 else 0.0
+    if span <= 0:
+        return 0.0
+    bins = max(MIN_BLOCKS, min(round(span / BLOCK_S), BLOCKS_PER_REQUEST * work.n))
+    which = np.minimum(((work.arrival_s - work.arrival_s.min()) // (span / bins)).astype(np.int64), bins - 1)
+    per_block = circular_block_length(np.bincount(which, minlength=bins)) if bins >= MIN_DEPENDENCE_BINS else 1.0
+    return span / max(1, round(bins / per_block))
 
 
 class FleetSearch:
