@@ -74,6 +74,8 @@ def cost_params() -> CostParams:
     if params != CostParams() and c[1].button("Use the defaults", key="cost_defaults"):
         params = st.session_state["cost_params"] = CostParams()
     c[0].caption(f"Cost model: {params.source}")
+    if params.fitted_on is not None and params.fitted_on.fit_notes:      # what the file says of its own fit
+        c[0].caption(" · ".join(n[0].upper() + n[1:] for n in params.fitted_on.fit_notes))
     return params
 
 

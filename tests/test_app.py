@@ -561,6 +561,9 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     at.button(key="calibration_apply").click().run()
     assert not at.exception
     assert any(c.value == "Cost model: calibrated (sample_chat, Simulate page)" for c in at.caption)
+    held = fit["held_out"]
+    assert any(c.value.startswith("The calibration's own fit: ") and f"{held['median_abs_error']:.1%} median "
+               f"absolute error on held-out data, bias {held['bias']:+.1%}" in c.value for c in at.caption)
     assert any(f"step costs at MFU {fit['params']['mfu']:.3g}, MBU {fit['params']['mbu']:.3g}," in c.value
                for c in at.caption)
     # fitted on this server: nothing to warn of; and the defaults are one click away
