@@ -249,6 +249,37 @@ def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags
     assert f"--max_batch_size {trt.config['max_num_seqs']}" in trt.launch_command
 
 
+def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
+    from planner.recommend.search import launch
+
+    cfg = {"max_num_seqs": 64, "max_num_batched_tokens": 1024, "enable_chunked_prefill": True,
+           "preemption_mode": "recompute"}
+    base = Scenario(MODEL, GPU, max_model_len=8192)
+
+    def args(engine="vllm-v1", config=cfg, **changes):
+        return launch(config, base.replace(engine=engine, **changes))
+
+    v1 = args()["vllm_args"]
+    # vLLM's own default moved to 0.92: the plan's 0.9 is written out, not left to the server
+    assert "--gpu-memory-utilization 0.9 " in v1 and "--kv-cache-dtype" not in v1
+    assert "--kv-cache-dtype" not in args(kv_cache_dtype="bf16")["vllm_args"]        # the model's own: auto
+    assert "--kv-cache-dtype float16" in args(kv_cache_dtype="fp16")["vllm_args"]    # vLLM's name, not "fp16"
+    int4 = args(weight_dtype="int4")["launch_command"]
+    assert int4.endswith("--max-model-len 8192  # serve an INT4 checkpoint of this model (AWQ, GPTQ, …): the plan "
+                         "assumes its weights")
+    # V0 chunks prompts by itself past 32K unless told not to: the plan's whole-prompt steps need it off
+    long = Scenario(get_model("llama-3.1-405b"), get_gpu("h100-sxm"), tp=8, max_model_len=65536, engine="vllm-v0")
+    assert "--enable-chunked-prefill False" in launch(cfg, long)["vllm_args"]
+    assert "chunked" not in args("vllm-v0")["vllm_args"]
+    # TensorRT-LLM refuses a prompt longer than max_num_tokens unless chunked context is on
+    trt = args("trtllm")["launch_command"]
+    assert trt.endswith("--max_batch_size 64 --max_num_tokens 1024 --max_seq_len 8192 --enable_chunked_prefill")
+    whole = args("trtllm", {**cfg, "enable_chunked_prefill": False})["launch_command"]
+    assert "--max_num_tokens 8192" in whole and "chunked" not in whole
+    assert args("tgi", kv_cache_dtype="fp8_e5m2")["launch_command"].endswith("--kv-cache-dtype fp8_e5m2")
+    assert args("tgi", kv_cache_dtype="fp8")["launch_command"].endswith("--kv-cache-dtype fp8_e4m3fn")
+
+
 def test_max_new_tokens_caps_are_compared(tmp_path):
     db = tmp_path / "r.duckdb"
     cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)

@@ -146,16 +146,22 @@ class Engine:
         return np.ceil(held / block) * block
 
 
+# vLLM names a 16-bit KV cache by its torch dtype (bfloat16 from 0.11, float16 later); "auto" is the model's own
+VLLM_KV_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+
+
 def vllm_scenario_flags(scenario: Scenario) -> list[str]:
-    """The ``vllm serve`` flags of a scenario's memory settings that differ from vLLM's defaults (V0 and V1 spell
-    them alike), and the tensor-parallel degree and context length: what makes the server match the plan."""
+    """The ``vllm serve`` flags of a scenario's memory settings (V0 and V1 spell them alike), and the
+    tensor-parallel degree and context length: what makes the server match the plan. ``--gpu-memory-utilization``
+    is always given: vLLM's default moved from 0.9 to 0.92 (its ``CacheConfig``, by 0.25), so a server left to its
+    default need not hold the pool planned."""
     parts = []
     if scenario.tp > 1:
         parts.append(f"--tensor-parallel-size {scenario.tp}")
-    if scenario.gpu_memory_utilization != 0.9:
-        parts.append(f"--gpu-memory-utilization {scenario.gpu_memory_utilization:g}")
-    if scenario.kv_cache_dtype != "auto":
-        parts.append(f"--kv-cache-dtype {scenario.kv_cache_dtype}")
+    parts.append(f"--gpu-memory-utilization {scenario.gpu_memory_utilization:g}")
+    kv = scenario.kv_cache_dtype
+    if kv != "auto" and not (kv in VLLM_KV_DTYPE and kv == scenario.weight_dtype):     # a 16-bit cache as the
+        parts.append(f"--kv-cache-dtype {VLLM_KV_DTYPE.get(kv, kv)}")                  # weights is the default
     if scenario.block_size != 16:
         parts.append(f"--block-size {scenario.block_size}")
     if scenario.weight_dtype == "fp8" and scenario.model.weight_dtype != "fp8":
@@ -164,6 +170,16 @@ def vllm_scenario_flags(scenario: Scenario) -> list[str]:
         parts.append(f"--num-gpu-blocks-override {scenario.num_gpu_blocks}")
     parts.append(f"--max-model-len {scenario.max_model_len}")
     return parts
+
+
+def checkpoint_note(scenario: Scenario) -> str:
+    """A trailing shell comment where the plan's weights need a checkpoint other than the model's own: an engine
+    takes INT8 or INT4 weights from a quantized checkpoint (AWQ, GPTQ, …), not from a flag ("" otherwise; FP8 is
+    quantized online by a flag)."""
+    wanted = scenario.weight_dtype
+    if wanted in ("int8", "int4") and wanted != scenario.model.weight_dtype:
+        return f"  # serve an {wanted.upper()} checkpoint of this model (AWQ, GPTQ, …): the plan assumes its weights"
+    return ""
 
 
 def reservation_limit(prompt: np.ndarray, settings: EngineSettings) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, checkpoint_note,
+                                      reservation_limit)
 from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
 
 
@@ -24,11 +25,11 @@ def launch_args(config: dict, scenario) -> str:
              f"--max-total-tokens {max_len}"]
     if scenario.tp > 1:
         parts.append(f"--num-shard {scenario.tp}")
-    if scenario.kv_cache_dtype.startswith("fp8"):
-        parts.append("--kv-cache-dtype fp8_e4m3fn")
+    if scenario.kv_cache_dtype.startswith("fp8"):        # TGI's two fp8 caches; vLLM's plain "fp8" is e4m3
+        parts.append(f"--kv-cache-dtype {'fp8_e5m2' if scenario.kv_cache_dtype == 'fp8_e5m2' else 'fp8_e4m3fn'}")
     if scenario.weight_dtype == "fp8" and scenario.model.weight_dtype != "fp8":
         parts.append("--quantize fp8")
-    return " ".join(parts)
+    return " ".join(parts) + checkpoint_note(scenario)
 
 
 ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from planner.sim.engines.base import Engine, ONE_REPLICA, EngineSettings, FleetSpec, RawRun, reservation_limit
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, checkpoint_note,
+                                      reservation_limit)
 from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 
 TOKENS_PER_BLOCK = 32
@@ -22,12 +23,18 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
 
 
 def launch_args(config: dict, scenario) -> str:
-    """``trtllm-serve`` flags (the PyTorch backend's names)."""
-    parts = [f"--max_batch_size {config['max_num_seqs']}", f"--max_num_tokens {config['max_num_batched_tokens']}",
+    """``trtllm-serve`` flags (the PyTorch backend's names). Chunked context is off unless asked for
+    (``--enable_chunked_prefill``), and then ``max_num_tokens`` must hold a whole prompt, as :func:`run` has it."""
+    chunked = config["enable_chunked_prefill"]
+    budget = config["max_num_batched_tokens"] if chunked else max(config["max_num_batched_tokens"],
+                                                                   scenario.max_model_len)
+    parts = [f"--max_batch_size {config['max_num_seqs']}", f"--max_num_tokens {budget}",
              f"--max_seq_len {scenario.max_model_len}"]
+    if chunked:
+        parts.append("--enable_chunked_prefill")
     if scenario.tp > 1:
         parts.append(f"--tp_size {scenario.tp}")
-    return " ".join(parts)
+    return " ".join(parts) + checkpoint_note(scenario)
 
 
 ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",

@@ -4,8 +4,11 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, vllm_scenario_flags
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, checkpoint_note, vllm_scenario_flags
 from planner.sim.kernel import enqueue_arrivals, log_step
+
+# vLLM V0 (0.6) turns chunked prefill on by itself for a max_model_len above 32K unless told not to
+V0_CHUNKS_ABOVE = 32 * 1024
 
 WATERMARK = 0.01
 
@@ -150,7 +153,9 @@ def launch_args(config: dict, scenario) -> str:
              f"--preemption-mode {config.get('preemption_mode', 'recompute')}"]
     if config.get("preemption_mode") == "swap":
         parts.append("--swap-space 16")
-    return " ".join(parts + vllm_scenario_flags(scenario))
+    if scenario.max_model_len > V0_CHUNKS_ABOVE:
+        parts.append("--enable-chunked-prefill False")      # V0 turns it on itself past 32K (0.6's StoreBoolean)
+    return " ".join(parts + vllm_scenario_flags(scenario)) + checkpoint_note(scenario)
 
 
 ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",
