@@ -42,8 +42,7 @@ FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--we
          "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
          "engine": "--engine", "chunked_prefill": "--no-chunked-prefill", "preemption": "--preemption",
          "max_new_tokens": "--max-new-tokens", "reserve_quantile": "--reserve-predicted", "priority": "--priority",
-         "price": "--price", "prefix_caching": "--no-prefix-cache",
-         "async_scheduling": "--no-async-scheduling"}
+         "price": "--price", "prefix_caching": "--no-prefix-cache", "async_scheduling": "--no-async-scheduling"}
 
 
 @dataclass(frozen=True)
@@ -180,12 +179,13 @@ class Scenario:
                                f"{engine} (vLLM ran V0 beside V1 from 0.7 and removed it in 0.11); expected "
                                f"{', '.join(engine_versions(engine))} (left out: {default}, "
                                f"{vllm_release(default).label})")
+        if refusal := release.refusal(engine, self.chunked_prefill, self.async_scheduling):
+            raise PlannerError(refusal)
 
     def _check_logged_weights(self) -> None:
         """A startup log's weights are this server's: a log of another model, dtype or TP would size the KV cache
         with overheads that are not this scenario's, silently."""
-        logged = self.overheads.weights_bytes
-        if self.overheads.source != LOG_SOURCE or logged is None:
+        if self.overheads.source != LOG_SOURCE or (logged := self.overheads.weights_bytes) is None:
             return
         expected = weights_bytes_per_gpu(self.model, self.weight_dtype, self.tp)
         if not 1 / LOG_WEIGHTS_TOLERANCE <= logged / expected <= LOG_WEIGHTS_TOLERANCE:

@@ -280,6 +280,17 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     assert args("tgi", kv_cache_dtype="fp8")["launch_command"].endswith("--kv-cache-dtype fp8_e4m3fn")
 
 
+def test_a_release_that_always_chunks_is_not_searched_without_chunking(seed_rows):
+    from planner.capacity.memory import Overheads
+
+    assert any(not g["enable_chunked_prefill"] for g in seed_rows[2].grid)     # current vLLM: both are tried
+    work = synthetic("requests=300,input=512,output=uniform:64:512,qps=2,seed=4")
+    old = Search(work, Scenario(MODEL, GPU, max_model_len=8192, overheads=Overheads(vllm_version="0.10")))
+    (row,) = recommend(old, [SLOClass("batch")], seqs_grid=(64, 256), budget_grid=(2048, 8192), refine=False)
+    assert row.grid and all(g["enable_chunked_prefill"] for g in row.grid)
+    assert "--no-enable-chunked-prefill" not in row.vllm_args
+
+
 def test_max_new_tokens_caps_are_compared(tmp_path):
     db = tmp_path / "r.duckdb"
     cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)

@@ -49,6 +49,12 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
     ({"cost": CostParams(mfu=0.0)}, "cost model mfu 0.0"),
     ({"cost": CostParams(step_overhead_s=-1.0)}, "cost model step_overhead_s -1.0"),
     ({"cost": CostParams(mbu="fast")}, "cost model mbu 'fast'"),
+    # what a release would not do: V1 chunked every prompt through 0.10; --async-scheduling came after 0.9.0
+    ({"chunked_prefill": False, "max_num_batched_tokens": 8192, "overheads": Overheads(vllm_version="0.10")},
+     "--no-chunked-prefill: V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs) "
+     "chunks every prompt whatever --no-enable-chunked-prefill says (vllm#18547); expected chunked prefill on, or "
+     "--vllm-version 0.11 or later"),
+    ({"async_scheduling": True, "overheads": Overheads(vllm_version="0.8")}, "--async-scheduling: V1 0.7-0.9.0"),
 ])
 def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
     with pytest.raises(PlannerError) as info:

@@ -27,7 +27,10 @@ class VllmRelease:
     runs by default (from 0.14, vllm PR #27614; earlier releases had it as the opt-in ``--async-scheduling``);
     ``full_decode_graphs``, whether a decode-only batch replays one full CUDA graph (``FULL_AND_PIECEWISE``, the
     default from 0.11, vllm PR #25444), where earlier V1 releases split every batch's graph around attention
-    (piecewise), so decode steps paid the per-layer cost mixed steps pay.
+    (piecewise), so decode steps paid the per-layer cost mixed steps pay. ``chunking_optional``: whether V1 honours
+    ``--no-enable-chunked-prefill`` (through 0.10 it turned chunked prefill back on, silently: vllm#18547, #20914
+    on 0.9.2; PR #21645, which would have refused the flag, was closed); ``async_flag``: whether
+    ``--async-scheduling`` exists (vllm PR #19970, opened after 0.9.0).
     """
 
     label: str
@@ -41,6 +44,20 @@ class VllmRelease:
     async_scheduling: bool = True
     full_decode_graphs: bool = True
     engine: str = "vllm-v1"
+    chunking_optional: bool = True
+    async_flag: bool = True
+
+    def refusal(self, engine: str, chunked_prefill: bool, async_scheduling: bool | None) -> str | None:
+        """What this release would not do of a vLLM V1 scenario's settings (None: nothing)."""
+        if engine != "vllm-v1" or self.engine != engine:
+            return None
+        if not chunked_prefill and not self.chunking_optional:
+            return (f"--no-chunked-prefill: {self.label} chunks every prompt whatever --no-enable-chunked-prefill "
+                    "says (vllm#18547); expected chunked prefill on, or --vllm-version 0.11 or later")
+        if async_scheduling and not self.async_flag:
+            return (f"--async-scheduling: {self.label} has no such flag (it came after 0.9.0, vllm PR #19970); "
+                    "expected it left out, or --vllm-version 0.10 or later")
+        return None
 
 
 def _gib(x: float) -> int:
@@ -55,9 +72,11 @@ VLLM_VERSIONS = {
     "0.6": VllmRelease("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False,
                        async_scheduling=False, full_decode_graphs=False, engine="vllm-v0"),
     "0.8": VllmRelease("V1 0.7-0.9.0 (counts the CUDA context; piecewise CUDA graphs)", 9.5, 4, _gib(0.05),
-                       _gib(0.5), _gib(1.0), _gib(0.6), False, async_scheduling=False, full_decode_graphs=False),
+                       _gib(0.5), _gib(1.0), _gib(0.6), False, async_scheduling=False, full_decode_graphs=False,
+                       chunking_optional=False, async_flag=False),
     "0.10": VllmRelease("V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs)",
-                        *_FLASHINFER_SAMPLER, async_scheduling=False, full_decode_graphs=False),
+                        *_FLASHINFER_SAMPLER, async_scheduling=False, full_decode_graphs=False,
+                        chunking_optional=False),
     "0.11": VllmRelease("V1 0.11 (FlashInfer sampler; full CUDA graphs for decode)", *_FLASHINFER_SAMPLER,
                         async_scheduling=False),
     "0.13": VllmRelease("V1 0.12-0.13 (sorting sampler; synchronous scheduling)", *_SORTING_SAMPLER,

@@ -184,7 +184,9 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
     whole_prompts = [(s, search.scenario.max_model_len, False) for s in seqs_grid]
     if get_engine(search.scenario.engine).chunks_prefill:
         configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
-        configs += whole_prompts if chunked_off else []
+        # a release that chunks every prompt whatever the flag says (vLLM V1 through 0.10) has no whole-prompt mode
+        refused = search.scenario.release.refusal(search.scenario.engine, False, None)
+        configs += whole_prompts if chunked_off and refused is None else []
     else:
         configs = whole_prompts
     progress = search.progress
