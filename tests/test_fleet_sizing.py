@@ -134,6 +134,9 @@ def test_the_block_length_is_politis_and_whites():
     assert 10 < circular_block_length(_ar1(0.5, 1000, 7)) < 20
     assert circular_block_length(_ar1(0.0, 1000, 7)) < 2                   # independent values: about a bin a block
     assert circular_block_length(np.full(100, 3.0)) == circular_block_length(np.arange(5.0)) == 1.0
+    # a stretch at the mean has no correlation to divide by: counted as none, not as 0/0
+    with np.errstate(all="raise"):
+        assert circular_block_length(np.r_[np.full(50, 5.0), 0.0, 10.0]) == 1.0
 
 
 def test_a_surge_keeps_its_minutes_together_in_the_bootstrap():

@@ -45,7 +45,9 @@ def circular_block_length(series: np.ndarray) -> float:
     for lag in range(m_max + 1):
         acv[lag] = eps[lag:] @ eps[:n - lag] / n
         tail, head = eps[lag + 1:], eps[:n - lag - 1]
-        abs_acorr[lag] = abs(eps[lag:] @ eps[:n - lag]) / math.sqrt((tail @ tail) * (head @ head))
+        scale = math.sqrt(float(tail @ tail) * float(head @ head))
+        # a stretch at the mean throughout (a trace flat for a while) correlates with nothing
+        abs_acorr[lag] = abs(float(eps[lag:] @ eps[:n - lag])) / scale if scale > 0 else 0.0
         # the first run of k_n autocorrelations in a row that do not differ from 0 ends the dependence
         if opt_m is None and lag >= k_n and np.all(abs_acorr[lag - k_n:lag] < critical):
             opt_m = lag - k_n
