@@ -237,10 +237,13 @@ def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags
     assert {g["max_num_batched_tokens"] for g in v0.grid} == {8192}
     (tgi,) = plan_recommendation(work, base.replace(engine="tgi"), opts).classes
     cfg = tgi.config
+    # chunking, TGI has no sequence cap: the search tries one max_num_seqs and the command gives none
+    assert {g["max_num_seqs"] for g in tgi.grid if g["enable_chunked_prefill"]} == {256}
+    cap, env = (("", "") if cfg["enable_chunked_prefill"] else
+                (f" --max-batch-size {cfg['max_num_seqs']}", "PREFILL_CHUNKING=0 "))
     assert tgi.launch_command == (
-        f"text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B --max-batch-prefill-tokens "
-        f"{cfg['max_num_batched_tokens']} --max-batch-size {cfg['max_num_seqs']} --max-input-tokens 8191 "
-        f"--max-total-tokens 8192")
+        f"{env}text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B --max-batch-prefill-tokens "
+        f"{cfg['max_num_batched_tokens']}{cap} --max-input-tokens 8191 --max-total-tokens 8192")
     assert tgi.vllm_args.startswith(f"--max-num-seqs {cfg['max_num_seqs']}")     # the vLLM V1 equivalent
     # details (sweeps, tornado, bands) replay through the search's own engine
     search = Search(work, base.replace(engine="tgi"))
@@ -289,6 +292,17 @@ def test_a_release_that_always_chunks_is_not_searched_without_chunking(seed_rows
     (row,) = recommend(old, [SLOClass("batch")], seqs_grid=(64, 256), budget_grid=(2048, 8192), refine=False)
     assert row.grid and all(g["enable_chunked_prefill"] for g in row.grid)
     assert "--no-enable-chunked-prefill" not in row.vllm_args
+
+
+def test_tgi_caps_sequences_only_without_chunking():
+    # backends/v3/src/backend.rs: with chunking, the next batch is bounded by the token budgets, not max_batch_size
+    work = synthetic("requests=400,input=256,output=uniform:64:256,qps=20,seed=2")
+    tgi = Scenario(MODEL, GPU, max_model_len=4096, engine="tgi")
+    chunked = [simulate(work, tgi.replace(max_num_seqs=n, max_num_batched_tokens=4096)) for n in (8, 256)]
+    np.testing.assert_array_equal(chunked[0].finish, chunked[1].finish)
+    whole = [simulate(work, tgi.replace(max_num_seqs=n, max_num_batched_tokens=4096, chunked_prefill=False))
+             for n in (8, 256)]
+    assert np.nanmean(whole[0].ttft_s) > 2 * np.nanmean(whole[1].ttft_s)        # 8 sequences at a time queue
 
 
 def test_max_new_tokens_caps_are_compared(tmp_path):

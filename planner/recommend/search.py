@@ -182,8 +182,11 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
     # chunked prefill on over the budget grid; off with the budget vLLM then requires (max_model_len); engines
     # that only take whole prompts have no budget to search
     whole_prompts = [(s, search.scenario.max_model_len, False) for s in seqs_grid]
-    if get_engine(search.scenario.engine).chunks_prefill:
-        configs = [(s, b, True) for s in seqs_grid for b in budget_grid if b >= s]
+    engine = get_engine(search.scenario.engine)
+    # where max_num_seqs does not cap a chunked batch (TGI), it is no knob there: one value, the grid's largest
+    chunked_seqs = seqs_grid if engine.chunked_seq_cap else seqs_grid[-1:]
+    if engine.chunks_prefill:
+        configs = [(s, b, True) for s in chunked_seqs for b in budget_grid if b >= s]
         # a release that chunks every prompt whatever the flag says (vLLM V1 through 0.10) has no whole-prompt mode
         refused = search.scenario.release.refusal(search.scenario.engine, False, None)
         configs += whole_prompts if chunked_off and refused is None else []
@@ -204,7 +207,7 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
         if refine and _best_scale(grid) > 0:
             top = max((g for g in grid if not g["pruned"]), key=lambda g: g["max_qps"])
             s, b, c = top["max_num_seqs"], top["max_num_batched_tokens"], top["enable_chunked_prefill"]
-            finer = [(s2, b, c) for s2 in _midpoints(s, seqs_grid, 8)]
+            finer = [(s2, b, c) for s2 in _midpoints(s, seqs_grid, 8) if engine.chunked_seq_cap or not c]
             finer += [(s, b2, c) for b2 in _midpoints(b, budget_grid, 256) if c and b2 >= s]
             for s2, b2, c2 in finer:
                 _evaluate(search, slo, grid, s2, b2, c2)

@@ -106,9 +106,13 @@ class Engine:
     reservation: int | None = LAZY
     block_tokens: int | None = None    # its own KV block (TensorRT-LLM's 32 tokens); None: the scenario's
     chunks_prefill: bool = True        # honours chunked prefill and a token budget below max_model_len
+    # max_num_seqs caps its batches under chunked prefill too (TGI's chunking ignores --max-batch-size: its batches
+    # grow by the prefill and KV token budgets alone, backends/v3/src/backend.rs)
+    chunked_seq_cap: bool = True
     preemption_modes: tuple[str, ...] = ("recompute",)   # what a recommendation may choose between
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
+    launch_env: Callable[[dict, Scenario], str] | None = None    # (config, scenario) -> "VAR=value " settings
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
     # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
     # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency); and
@@ -129,7 +133,8 @@ class Engine:
         if self.launcher is None or self.launch_args is None:
             return f"# {self.label} is a research scheduler with no production launcher"
         model_id = scenario.model.hf_id or scenario.model.name
-        return f"{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
+        env = self.launch_env(config, scenario) if self.launch_env is not None else ""
+        return f"{env}{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
 
 
     def peak_tokens(self, prompt: np.ndarray, output: np.ndarray, max_new: float, block_size: int) -> np.ndarray:
