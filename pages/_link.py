@@ -10,11 +10,16 @@ navigating on drops it from the URL anyway.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import streamlit as st
 
 ARRIVED = "link_arrived_with"   # session key: the parameters of the link a session opened, until checked
+# a trace the link names but this workspace does not hold is not repeated: the page prints no trace name or id
+# that is not the viewer's own (tests/e2e/test_signin.py)
+UNSAID = frozenset({"trace"})
+ECHO_CHARS = 40
 
 
 def remember_link():
@@ -37,6 +42,13 @@ def same(link_value: str, value) -> bool:
         except ValueError:
             return False
     return link_value == str(value)
+
+
+def echoed(text: str) -> str:
+    """A link's text as the notice repeats it: letters, digits and ``. , : / + -`` only, at most
+    :data:`ECHO_CHARS` of them, so a crafted link cannot make the page's Markdown draw a link or fetch an image."""
+    kept = re.sub(r"[^\w.,:/+\- ]", "", text)
+    return kept if len(kept) <= ECHO_CHARS else kept[:ECHO_CHARS] + "…"
 
 
 def shown(value) -> str:
@@ -63,7 +75,8 @@ def show_unapplied(slot) -> None:
     st.session_state[ARRIVED] = {}
     missed = unapplied(link, st.session_state)
     if missed:
-        listed = ", ".join(f"`{key}={value}` (showing {shown(held)})" for key, value, held in missed)
+        listed = ", ".join(f"`{echoed(key)}`" + ("" if key in UNSAID else f" = `{echoed(value)}`")
+                           + f" (showing `{echoed(shown(held))}`)" for key, value, held in missed)
         slot.warning(f"Not applied from this link: {listed}. A control takes only the choices it offers, within "
                      "its range, and shows its own value otherwise: compare views only once these are set.",
                      icon=":material/link_off:")

@@ -65,8 +65,9 @@ def test_a_link_value_the_picker_cannot_take_is_named_once(tmp_path, monkeypatch
     at.query_params["trace"] = "nope"
     at.run()
     assert at.selectbox(key="trace").value == "sample_chat"
+    # a trace reference is not repeated: the page prints no name or id the workspace does not hold
     assert [w.value for w in at.warning if "link" in w.value] == [
-        "Not applied from this link: `trace=nope` (showing sample_chat). A control takes only the choices it offers, "
+        "Not applied from this link: `trace` (showing `sample_chat`). A control takes only the choices it offers, "
         "within its range, and shows its own value otherwise: compare views only once these are set."]
     assert not [w for w in at.run().warning if "link" in w.value]      # said on arrival, not on every run
     good = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
@@ -80,6 +81,11 @@ def test_a_link_value_is_applied_when_the_widget_holds_it_as_streamlit_writes_it
     assert same("0.90", 0.9) and same("8192", 8192) and same("true", True) and same("", None)
     assert same("h100-sxm", "h100-sxm") and same("4", 4)
     assert not same("1.5", 1.0) and not same("3", 1) and not same("abc", None) and not same("1", True)
+    from pages._link import echoed
+
+    # a crafted value cannot make the notice's Markdown draw a link or fetch an image
+    assert echoed("![x](https://evil.example/a.png)`") == "xhttps://evil.example/a.png"
+    assert echoed("a" * 50) == "a" * 40 + "…" and echoed("1.5") == "1.5"
     link = {"tp": "3", "util": "0.9", "cap": "512", "max_len": "abc"}
     # cap: no widget of this page drew it, so nothing is said of it
     assert unapplied(link, {"tp": 1, "util": 0.9, "max_len": None}) == [("tp", "3", 1), ("max_len", "abc", None)]

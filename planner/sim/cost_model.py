@@ -43,19 +43,14 @@ class FittedOn:
 
     Attributes
     ----------
-    model, gpu : str
-        Catalog names (a config.json model by the name it was given).
-    tp : int
-        Tensor-parallel degree of the measured server.
-    engine : str or None
-        Its engine; None in calibration files written before it was recorded.
+    model, gpu, tp : str, str, int
+        Catalog names (a config.json model by the name it was given) and the tensor-parallel degree.
+    engine, weight_dtype, kv_cache_dtype : str or None
+        Its engine and dtypes; None in calibration files written before they were recorded.
     fitted : tuple of str
         The parameters the measurements set; the rest were left to the scenario they are applied to.
-    weight_dtype, kv_cache_dtype : str or None
-        Its weights' and KV cache's dtypes; None in calibration files written before they were recorded.
     fit_notes : tuple of str
-        What the calibration file says of its own fit (its errors in sample and held out, its warnings), for a
-        report built on it to repeat.
+        What the file says of its own fit (errors in sample and held out, warnings), for a report to repeat.
     """
 
     model: str

@@ -78,8 +78,8 @@ def test_a_link_value_the_scenario_cannot_take_is_named_not_silently_dropped(pag
     page.goto(server + "/memory?model=llama-3-70b&tp=3&util=1.5&max_len=8192")
     page.wait_for_selector(IDLE, timeout=60_000)
     notice = page.get_by_test_id("stAlertContentWarning").filter(has_text="Not applied from this link")
-    expect(notice).to_contain_text("tp=3 (showing 1)", timeout=60_000)
-    expect(notice).to_contain_text("util=1.5")
+    expect(notice).to_contain_text("tp = 3 (showing 1)", timeout=60_000)
+    expect(notice).to_contain_text("util = 1.5")
     expect(notice).not_to_contain_text("max_len")          # taken: it is no news
     expect(notice).not_to_contain_text("model")
     page.get_by_role("tab", name="Reservation policies").click()
