@@ -31,7 +31,8 @@ def remember_link():
 
 
 def same(link_value: str, value) -> bool:
-    """Whether a widget holding ``value`` took the URL text ``link_value`` (as Streamlit writes it back)."""
+    """Whether a widget holding ``value`` took the URL text ``link_value`` (as Streamlit writes it back: a
+    selectbox with a ``format_func`` writes its label, which this app's labels begin with ``"{option}: "``)."""
     if value is None:
         return link_value == ""
     if isinstance(value, bool):
@@ -41,7 +42,7 @@ def same(link_value: str, value) -> bool:
             return float(link_value) == float(value)
         except ValueError:
             return False
-    return link_value == str(value)
+    return link_value == str(value) or link_value.startswith(f"{value}: ")
 
 
 def echoed(text: str) -> str:

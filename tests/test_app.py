@@ -80,6 +80,9 @@ def test_a_link_value_is_applied_when_the_widget_holds_it_as_streamlit_writes_it
 
     assert same("0.90", 0.9) and same("8192", 8192) and same("true", True) and same("", None)
     assert same("h100-sxm", "h100-sxm") and same("4", 4)
+    # the vLLM version's selectbox writes its label to the URL; the widget holds the option
+    assert same("0.11: V1 0.11 (FlashInfer sampler; full CUDA graphs for decode)", "0.11")
+    assert not same("0.11: V1 0.11 (FlashInfer sampler)", "0.15") and not same("0.110", "0.11")
     assert not same("1.5", 1.0) and not same("3", 1) and not same("abc", None) and not same("1", True)
     from pages._link import echoed
 

@@ -273,6 +273,7 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     # V0 chunks prompts by itself past 32K unless told not to: the plan's whole-prompt steps need it off
     long = Scenario(get_model("llama-3.1-405b"), get_gpu("h100-sxm"), tp=8, max_model_len=65536, engine="vllm-v0")
     assert "--enable-chunked-prefill False" in launch(cfg, long)["vllm_args"]
+    assert launch(cfg, long)["launch_command"].endswith("  # vLLM 0.9-0.10: --no-enable-chunked-prefill")
     assert "chunked" not in args("vllm-v0")["vllm_args"]
     # TensorRT-LLM refuses a prompt longer than max_num_tokens unless chunked context is on
     trt = args("trtllm")["launch_command"]

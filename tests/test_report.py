@@ -211,6 +211,9 @@ def test_a_report_on_a_calibration_from_another_server_says_so_in_every_twin(con
         "held-out data, bias +8.3%", "mbu is poorly constrained"))
     assert params_from_json('{"params": {"mfu": 0.45}, "model": "m", "gpu": "g", "tp": 1}', "x").fitted_on.fit_notes \
         == ()
+    # a blank warning or an undefined error says nothing (the page capitalises each note's first letter)
+    blank = '{"params": {"mfu": 0.45}, "model": "m", "gpu": "g", "tp": 1, "mape": NaN, "warnings": ["", " ", "w"]}'
+    assert params_from_json(blank, "x").fitted_on.fit_notes == ("w",)
     report = build_report(con, info.trace_id, Scenario(MODEL, GPU, max_model_len=4096, cost=fitted),
                           RecommendOptions())
     body = report.to_dict()

@@ -8,6 +8,7 @@ and :meth:`planner.sim.cost_model.CostParams.transfer_warnings` says what does n
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,7 +100,7 @@ def _fit_notes(data: dict) -> tuple[str, ...]:
     """What a calibration file says of its own fit: its error on what it fitted and on held-out data, then its
     warnings (a parameter the data hardly pins, requests left out, a held-out error above the fitted one)."""
     def number(value) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
     errors = []
     if number(data.get("mape")):
@@ -110,7 +111,8 @@ def _fit_notes(data: dict) -> tuple[str, ...]:
         errors.append(f"{held['median_abs_error']:.1%} median absolute error on held-out data{bias}")
     warnings = data.get("warnings")
     notes = [f"the calibration's own fit: {'; '.join(errors)}"] if errors else []
-    return (*notes, *(w for w in warnings if isinstance(w, str))) if isinstance(warnings, list) else tuple(notes)
+    said = [w.strip() for w in warnings if isinstance(w, str) and w.strip()] if isinstance(warnings, list) else []
+    return (*notes, *said)
 
 
 def file_text(report: dict, scenario: Scenario) -> str:
