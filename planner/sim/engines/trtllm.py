@@ -9,12 +9,15 @@ from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 TOKENS_PER_BLOCK = 32
 
 
+def max_num_tokens(budget: int, chunked: bool, max_model_len: int) -> int:
+    """TensorRT-LLM's token budget per step: without chunked context it must hold a whole prompt."""
+    return budget if chunked else max(budget, max_model_len)
+
+
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1,
         fleet: FleetSpec = ONE_REPLICA) -> RawRun:
     blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK     # the same pool in its own blocks
-    # without chunked context max_num_tokens must hold a whole prompt
-    budget = settings.max_num_batched_tokens if settings.chunked_prefill else \
-        max(settings.max_num_batched_tokens, settings.max_model_len)
+    budget = max_num_tokens(settings.max_num_batched_tokens, settings.chunked_prefill, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
                           ENGINE.reservation, log_every, arrival, False, np.inf, False,
@@ -26,8 +29,7 @@ def launch_args(config: dict, scenario) -> str:
     """``trtllm-serve`` flags (the PyTorch backend's names). Chunked context is off unless asked for
     (``--enable_chunked_prefill``), and then ``max_num_tokens`` must hold a whole prompt, as :func:`run` has it."""
     chunked = config["enable_chunked_prefill"]
-    budget = config["max_num_batched_tokens"] if chunked else max(config["max_num_batched_tokens"],
-                                                                   scenario.max_model_len)
+    budget = max_num_tokens(config["max_num_batched_tokens"], chunked, scenario.max_model_len)
     parts = [f"--max_batch_size {config['max_num_seqs']}", f"--max_num_tokens {budget}",
              f"--max_seq_len {scenario.max_model_len}"]
     if chunked:

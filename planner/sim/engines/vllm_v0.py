@@ -154,7 +154,7 @@ def launch_args(config: dict, scenario) -> str:
     if config.get("preemption_mode") == "swap":
         parts.append("--swap-space 16")
     spelling = ""
-    if scenario.max_model_len > V0_CHUNKS_ABOVE:        # V0 turns it on itself past 32K unless told not to
+    if scenario.max_model_len > V0_CHUNKS_ABOVE:
         parts.append("--enable-chunked-prefill False")      # 0.6-0.8 (StoreBoolean); 0.9 on takes no value
         spelling = "  # vLLM 0.9-0.10: --no-enable-chunked-prefill"
     return " ".join(parts + vllm_scenario_flags(scenario)) + checkpoint_note(scenario) + spelling
