@@ -107,6 +107,7 @@ if cache_tab.open:
                         help=f"{cache['holding_tokens'] or 0:,} tokens of this model's KV")
             util = cache["gpu_memory_utilization_to_hold"]
             m[3].metric("gpu_memory_utilization to hold it", f"{util:.2f}" if util is not None else "—",
+                        delta="beyond these GPUs" if util is not None and util > 1 else None, delta_color="off",
                         help="Above 1: beyond these GPUs; offload "
                              f"{cache['offload_gib'] or 0:,.1f} GiB of KV to the host (e.g. LMCache) or add replicas")
             pool_gib = cache["pool_tokens"] * plan.kv_bytes_per_token / GiB

@@ -343,6 +343,7 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     at.switch_page("pages/memory.py").run()
     assert not at.exception
     memory_metrics = metrics(at)
+    hold_delta = next(m.delta for m in at.metric if m.label == "gpu_memory_utilization to hold it")
     at.switch_page("pages/simulate.py").run()
     assert not at.exception
     cache = table_with(at, "hit rate")
@@ -359,6 +360,10 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     assert reuse_metrics["Working set"] == f"{reuse.working_set_tokens:,} tokens"
     expected = prefix_cache_capacity(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")), reuse)
     assert memory_metrics["LRU hit rate at this pool"] == f"{expected['lru_hit_rate_at_pool']:.1%}"
+    util = expected["gpu_memory_utilization_to_hold"]
+    assert memory_metrics["gpu_memory_utilization to hold it"] == f"{util:.2f}"
+    # a fraction above 1 is no setting: the metric says these GPUs cannot hold it
+    assert (hold_delta == "beyond these GPUs") == (util > 1), (util, hold_delta)
 
 
 def test_simulate_page_replays_the_traces_fitted_lengths(tmp_path, monkeypatch):

@@ -106,12 +106,14 @@ def test_capacity_simulation_and_recommendation_charts_export():
     built = [recommend_charts.sweep_chart(points, "max_num_seqs", 16, {"ttft_p99_ms": 200.0}, bands),
              recommend_charts.pareto_chart(grid, grid[:1]),
              recommend_charts.tornado_chart([{"factor": "arrival rate", "change": "+20%", "value_ms": 5.0,
-                                              "baseline_ms": 4.0}]),
+                                              "baseline_ms": 4.0}], "E2E p99"),
              capacity_charts.breakdown_bar(Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")).memory),
              sim_charts.cdf_chart(sim_charts.latency_quantiles(np.linspace(0.01, 1, 500), "TTFT"), "CDF"),
              sim_charts.timeline_chart(Timeline([0.0, 1.0], [1, 2], [0, 1], [10, 20], [5.0, 6.0]))]
     for chart in built:
         assert "$schema" in spec(chart)
+    # a throughput class has no SLO: its tornado names the metric it moves
+    assert spec(built[2])["encoding"]["x"]["title"] == "change of E2E p99 (ms)"
     assert len(sim_charts.latency_quantiles(np.array([np.nan, 0.5]), "x")) == sim_charts.CDF_POINTS
 
 

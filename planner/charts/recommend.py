@@ -58,11 +58,12 @@ def pareto_chart(points: list[dict], front: list[dict]) -> alt.LayerChart:
     return alt.layer(dots, line).properties(height=260)
 
 
-def tornado_chart(rows: list[dict]) -> alt.Chart:
-    """How far ±20% in rate, output length, burstiness and KV pool move the class's metric."""
+def tornado_chart(rows: list[dict], metric: str) -> alt.Chart:
+    """How far ±20% in rate, output length, burstiness and KV pool move the class's metric (``metric``, its
+    label, e.g. ``TTFT p99``: a throughput class has no SLO, and its tornado moves E2E p99)."""
     frame = pl.DataFrame(rows).with_columns((pl.col("value_ms") - pl.col("baseline_ms")).alias("delta_ms"))
     return alt.Chart(frame).mark_bar().encode(
-        y=alt.Y("factor:N", title=None), x=alt.X("delta_ms:Q", title="change of the SLO metric (ms)"),
+        y=alt.Y("factor:N", title=None), x=alt.X("delta_ms:Q", title=f"change of {metric} (ms)"),
         color=alt.Color("change:N", title=None),
         tooltip=["factor:N", "change:N", alt.Tooltip("value_ms:Q", format=",.0f"),
                  alt.Tooltip("baseline_ms:Q", format=",.0f")]).properties(height=180)
@@ -127,5 +128,5 @@ def class_charts(row: ClassRecommendation, max_queue_s: float | None = None) -> 
         bands = details["bands"] if knob == "rate_rps" else None
         out[knob] = sweep_chart(points, knob, chosen, dict(row.slo), bands)
     out["pareto"] = pareto_chart(details["points"], details["pareto"])
-    out["tornado"] = tornado_chart(details["tornado"])
+    out["tornado"] = tornado_chart(details["tornado"], row.slo_focus_label)
     return out
