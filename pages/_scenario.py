@@ -91,7 +91,7 @@ def scenario() -> Scenario:
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
     util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **SHARED,
                              help="Fraction of the memory CUDA reports that vLLM may use: vllm serve's default "
-                                  "was 0.9 and is 0.92 in recent releases (0.25 and later); give your server's")
+                                  "was 0.9 and is 0.92 from 0.20 (vllm PR #38284); give your server's")
     shown = defaults(model, GPUS[gpu_name])
     c = st.columns(5)
     max_len = c[0].number_input("max_model_len", 1, 10_000_000, None, 1024, key="max_len", **SHARED,

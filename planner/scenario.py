@@ -179,7 +179,7 @@ class Scenario:
                                f"{engine} (vLLM ran V0 beside V1 from 0.7 and removed it in 0.11); expected "
                                f"{', '.join(engine_versions(engine))} (left out: {default}, "
                                f"{vllm_release(default).label})")
-        if refusal := release.refusal(engine, self.chunked_prefill, self.async_scheduling):
+        if refusal := release.refusal(engine, self.chunked_prefill, self.async_scheduling, self.block_size):
             raise PlannerError(refusal)
 
     def _check_logged_weights(self) -> None:

@@ -242,8 +242,9 @@ def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags
     cap, env = (("", "") if cfg["enable_chunked_prefill"] else
                 (f" --max-batch-size {cfg['max_num_seqs']}", "PREFILL_CHUNKING=0 "))
     assert tgi.launch_command == (
-        f"{env}text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B --max-batch-prefill-tokens "
-        f"{cfg['max_num_batched_tokens']}{cap} --max-input-tokens 8191 --max-total-tokens 8192")
+        f"TGI_WIGGLE_ROOM=0.5 {env}text-generation-launcher --model-id meta-llama/Meta-Llama-3-8B "
+        f"--max-batch-prefill-tokens {cfg['max_num_batched_tokens']}{cap} --max-input-tokens 8191 "
+        "--max-total-tokens 8192")
     assert tgi.vllm_args.startswith(f"--max-num-seqs {cfg['max_num_seqs']}")     # the vLLM V1 equivalent
     # details (sweeps, tornado, bands) replay through the search's own engine
     search = Search(work, base.replace(engine="tgi"))
@@ -277,9 +278,23 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     assert "chunked" not in args("vllm-v0")["vllm_args"]
     # TensorRT-LLM refuses a prompt longer than max_num_tokens unless chunked context is on
     trt = args("trtllm")["launch_command"]
-    assert trt.endswith("--max_batch_size 64 --max_num_tokens 1024 --max_seq_len 8192 --enable_chunked_prefill")
+    assert trt.endswith("--max_batch_size 64 --max_num_tokens 1024 --max_seq_len 8192 --enable_chunked_prefill "
+                        "--extra_llm_api_options trtllm-serve.yaml")
     whole = args("trtllm", {**cfg, "enable_chunked_prefill": False})["launch_command"]
     assert "--max_num_tokens 8192" in whole and "chunked" not in whole
+    # the KV pool and an FP8 cache go in the options file the command writes first: the plan's pool, in tokens
+    pool_tokens = base.settings.num_blocks * base.settings.block_size // 32 * 32
+    assert trt.startswith(f"printf 'kv_cache_config:\\n  max_tokens: {pool_tokens}\\n' > trtllm-serve.yaml && "
+                          "trtllm-serve meta-llama/Meta-Llama-3-8B ")
+    fp8 = args("trtllm", kv_cache_dtype="fp8", weight_dtype="fp8")["launch_command"]
+    assert "\\n  dtype: fp8\\n' > trtllm-serve.yaml" in fp8 and "--quantization" not in fp8
+    # TensorRT-LLM quantizes no weights online: FP8 needs an FP8 checkpoint, where vLLM and TGI take a flag
+    assert fp8.endswith("  # serve an FP8 checkpoint of this model (ModelOpt, …): the plan assumes its weights")
+    assert args("tgi", weight_dtype="fp8")["launch_command"].endswith("--quantize fp8")
+    assert args(weight_dtype="fp8")["launch_command"].endswith("--quantization fp8 --max-model-len 8192")
+    # TGI's KV budget is gpu_memory_utilization's, through its wiggle room (its default moved between releases)
+    assert args("tgi", gpu_memory_utilization=0.85)["launch_command"].startswith(
+        "TGI_WIGGLE_ROOM=0.85 text-generation-launcher ")
     assert args("tgi", kv_cache_dtype="fp8_e5m2")["launch_command"].endswith("--kv-cache-dtype fp8_e5m2")
     assert args("tgi", kv_cache_dtype="fp8")["launch_command"].endswith("--kv-cache-dtype fp8_e4m3fn")
 

@@ -49,17 +49,32 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
     ({"cost": CostParams(mfu=0.0)}, "cost model mfu 0.0"),
     ({"cost": CostParams(step_overhead_s=-1.0)}, "cost model step_overhead_s -1.0"),
     ({"cost": CostParams(mbu="fast")}, "cost model mbu 'fast'"),
-    # what a release would not do: V1 chunked every prompt through 0.10; --async-scheduling came after 0.9.0
+    # what a release would not do: V1 chunked every prompt through 0.11.0; --async-scheduling came after 0.9.0;
+    # 256-token blocks with 0.11.1
     ({"chunked_prefill": False, "max_num_batched_tokens": 8192, "overheads": Overheads(vllm_version="0.10")},
      "--no-chunked-prefill: V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs) "
-     "chunks every prompt whatever --no-enable-chunked-prefill says (vllm#18547); expected chunked prefill on, or "
-     "--vllm-version 0.11 or later"),
+     "chunks every prompt whatever --no-enable-chunked-prefill says through 0.11.0 (vllm#18547, fixed in 0.11.1 by "
+     "PR #28665); expected chunked prefill on, or --vllm-version 0.13 or later"),
+    ({"chunked_prefill": False, "max_num_batched_tokens": 8192, "overheads": Overheads(vllm_version="0.11")},
+     "--no-chunked-prefill: V1 0.11 (FlashInfer sampler; full CUDA graphs for decode) chunks every prompt"),
     ({"async_scheduling": True, "overheads": Overheads(vllm_version="0.8")}, "--async-scheduling: V1 0.7-0.9.0"),
+    ({"block_size": 256, "overheads": Overheads(vllm_version="0.11")},
+     "--block-size 256: V1 0.11 (FlashInfer sampler; full CUDA graphs for decode) takes at most 128"),
+    ({"block_size": 256, "engine": "vllm-v0"}, "--block-size 256: V0 0.6.5-0.10 (VLLM_USE_V1=0) takes at most 128"),
 ])
 def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
     with pytest.raises(PlannerError) as info:
         Scenario(LLAMA8, A100, **fields)
     assert message in str(info.value)
+
+
+def test_what_a_release_refuses_its_successors_take():
+    # 0.12-0.13 honour --no-enable-chunked-prefill and take 256-token blocks; other engines are not vLLM's to refuse
+    later = Scenario(LLAMA8, A100, block_size=256, chunked_prefill=False, max_num_batched_tokens=8192,
+                     overheads=Overheads(vllm_version="0.13"))
+    assert (later.block_size, later.chunked_prefill) == (256, False)
+    tgi = Scenario(LLAMA8, A100, engine="tgi", block_size=256, overheads=Overheads(vllm_version="0.11"))
+    assert tgi.block_size == 256
 
 
 def test_tp_degrees_follow_vllms_head_rules():

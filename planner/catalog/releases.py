@@ -28,9 +28,11 @@ class VllmRelease:
     ``full_decode_graphs``, whether a decode-only batch replays one full CUDA graph (``FULL_AND_PIECEWISE``, the
     default from 0.11, vllm PR #25444), where earlier V1 releases split every batch's graph around attention
     (piecewise), so decode steps paid the per-layer cost mixed steps pay. ``chunking_optional``: whether V1 honours
-    ``--no-enable-chunked-prefill`` (through 0.10 it turned chunked prefill back on, silently: vllm#18547, #20914
-    on 0.9.2; PR #21645, which would have refused the flag, was closed); ``async_flag``: whether
-    ``--async-scheduling`` exists (vllm PR #19970, opened after 0.9.0).
+    ``--no-enable-chunked-prefill`` (through 0.11.0 ``EngineArgs._set_default_args`` turned chunked prefill back on,
+    silently: vllm#18547, #20914 on 0.9.2; it keeps the user's value from 0.11.1, PR #28665); ``async_flag``:
+    whether ``--async-scheduling`` exists (vllm PR #19970, opened after 0.9.0); ``max_block_size``: the largest
+    ``--block-size`` its parser takes (``BlockSize``, ``Literal[1, 8, 16, 32, 64, 128]`` through 0.11.0; 256 from
+    0.11.1, PR #26883).
     """
 
     label: str
@@ -46,14 +48,22 @@ class VllmRelease:
     engine: str = "vllm-v1"
     chunking_optional: bool = True
     async_flag: bool = True
+    max_block_size: int = 256
 
-    def refusal(self, engine: str, chunked_prefill: bool, async_scheduling: bool | None) -> str | None:
-        """What this release would not do of a vLLM V1 scenario's settings (None: nothing)."""
-        if engine != "vllm-v1" or self.engine != engine:
+    def refusal(self, engine: str, chunked_prefill: bool, async_scheduling: bool | None,
+                block_size: int = 16) -> str | None:
+        """What this release would not do of a vLLM scenario's settings (None: nothing)."""
+        if self.engine != engine:
+            return None
+        if block_size > self.max_block_size:
+            return (f"--block-size {block_size}: {self.label} takes at most {self.max_block_size} (256 came with "
+                    "0.11.1, vllm PR #26883); expected a smaller block, or --vllm-version 0.13 or later")
+        if engine != "vllm-v1":
             return None
         if not chunked_prefill and not self.chunking_optional:
             return (f"--no-chunked-prefill: {self.label} chunks every prompt whatever --no-enable-chunked-prefill "
-                    "says (vllm#18547); expected chunked prefill on, or --vllm-version 0.11 or later")
+                    "says through 0.11.0 (vllm#18547, fixed in 0.11.1 by PR #28665); expected chunked prefill on, "
+                    "or --vllm-version 0.13 or later")
         if async_scheduling and not self.async_flag:
             return (f"--async-scheduling: {self.label} has no such flag (it came after 0.9.0, vllm PR #19970); "
                     "expected it left out, or --vllm-version 0.10 or later")
@@ -70,15 +80,16 @@ _SORTING_SAMPLER = (9.5, 4, _gib(0.05), _gib(0.1), _gib(0.55), _gib(0.1), False)
 # key -> release range; "current" is what `vllm serve` does today
 VLLM_VERSIONS = {
     "0.6": VllmRelease("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False,
-                       async_scheduling=False, full_decode_graphs=False, engine="vllm-v0"),
+                       async_scheduling=False, full_decode_graphs=False, engine="vllm-v0", max_block_size=128),
     "0.8": VllmRelease("V1 0.7-0.9.0 (counts the CUDA context; piecewise CUDA graphs)", 9.5, 4, _gib(0.05),
                        _gib(0.5), _gib(1.0), _gib(0.6), False, async_scheduling=False, full_decode_graphs=False,
-                       chunking_optional=False, async_flag=False),
+                       chunking_optional=False, async_flag=False, max_block_size=128),
     "0.10": VllmRelease("V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs)",
                         *_FLASHINFER_SAMPLER, async_scheduling=False, full_decode_graphs=False,
-                        chunking_optional=False),
+                        chunking_optional=False, max_block_size=128),
+    # 0.11.0's rules: 0.11.1 took 256-token blocks and honours --no-enable-chunked-prefill, as 0.12 does
     "0.11": VllmRelease("V1 0.11 (FlashInfer sampler; full CUDA graphs for decode)", *_FLASHINFER_SAMPLER,
-                        async_scheduling=False),
+                        async_scheduling=False, chunking_optional=False, max_block_size=128),
     "0.13": VllmRelease("V1 0.12-0.13 (sorting sampler; synchronous scheduling)", *_SORTING_SAMPLER,
                         async_scheduling=False),
     "0.15": VllmRelease("V1 0.14-0.16 (sorting sampler; async scheduling)", *_SORTING_SAMPLER),

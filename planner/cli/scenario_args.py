@@ -31,8 +31,8 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-cache-dtype", default="auto", choices=tuple(KV_DTYPE_BYTES),
                    help="auto (the model's dtype) or fp8")
     g.add_argument("--gpu-mem-util", type=FINITE, default=0.9,
-                   help="vLLM --gpu-memory-utilization (default 0.9, vLLM's long-standing default; its CacheConfig "
-                        "says 0.92 by 0.25: give your server's value)")
+                   help="vLLM --gpu-memory-utilization (default 0.9, vLLM's default through 0.19; 0.20 moved it "
+                        "to 0.92, PR #38284: give your server's value)")
     g.add_argument("--max-model-len", type=SCENARIO_INT, help="default: the model's max_position_embeddings")
     g.add_argument("--block-size", type=SCENARIO_INT, default=16,
                    help="KV block size in tokens (vLLM: 1, 8, 16, … 256)")

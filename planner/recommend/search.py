@@ -187,7 +187,7 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
     chunked_seqs = seqs_grid if engine.chunked_seq_cap else seqs_grid[-1:]
     if engine.chunks_prefill:
         configs = [(s, b, True) for s in chunked_seqs for b in budget_grid if b >= s]
-        # a release that chunks every prompt whatever the flag says (vLLM V1 through 0.10) has no whole-prompt mode
+        # a release that chunks every prompt whatever the flag says (vLLM V1 through 0.11.0) has no whole-prompt mode
         refused = search.scenario.release.refusal(search.scenario.engine, False, None)
         configs += whole_prompts if chunked_off and refused is None else []
     else:

@@ -112,7 +112,8 @@ class Engine:
     preemption_modes: tuple[str, ...] = ("recompute",)   # what a recommendation may choose between
     launcher: str | None = None        # the server's command, ``{model}`` for the model id; None: research only
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
-    launch_env: Callable[[dict, Scenario], str] | None = None    # (config, scenario) -> "VAR=value " settings
+    # (config, scenario) -> what goes before the launcher: "VAR=value " settings, or a file its flags read
+    launch_prefix: Callable[[dict, Scenario], str] | None = None
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
     # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
     # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency); and
@@ -133,8 +134,8 @@ class Engine:
         if self.launcher is None or self.launch_args is None:
             return f"# {self.label} is a research scheduler with no production launcher"
         model_id = scenario.model.hf_id or scenario.model.name
-        env = self.launch_env(config, scenario) if self.launch_env is not None else ""
-        return f"{env}{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
+        prefix = self.launch_prefix(config, scenario) if self.launch_prefix is not None else ""
+        return f"{prefix}{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
 
 
     def peak_tokens(self, prompt: np.ndarray, output: np.ndarray, max_new: float, block_size: int) -> np.ndarray:
@@ -158,7 +159,7 @@ VLLM_KV_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 def vllm_scenario_flags(scenario: Scenario) -> list[str]:
     """The ``vllm serve`` flags of a scenario's memory settings (V0 and V1 spell them alike), and the
     tensor-parallel degree and context length: what makes the server match the plan. ``--gpu-memory-utilization``
-    is always given: vLLM's default moved from 0.9 to 0.92 (its ``CacheConfig``, by 0.25), so a server left to its
+    is always given: vLLM's default moved from 0.9 to 0.92 (its ``CacheConfig``, in 0.20.0: PR #38284), so a server left to its
     default need not hold the pool planned."""
     parts = []
     if scenario.tp > 1:
@@ -177,13 +178,15 @@ def vllm_scenario_flags(scenario: Scenario) -> list[str]:
     return parts
 
 
-def checkpoint_note(scenario: Scenario) -> str:
+def checkpoint_note(scenario: Scenario, online: tuple[str, ...] = ("fp8",)) -> str:
     """A trailing shell comment where the plan's weights need a checkpoint other than the model's own: an engine
-    takes INT8 or INT4 weights from a quantized checkpoint (AWQ, GPTQ, …), not from a flag ("" otherwise; FP8 is
-    quantized online by a flag)."""
+    takes INT8 or INT4 weights from a quantized checkpoint (AWQ, GPTQ, …), not from a flag ("" otherwise).
+    ``online``: the weight dtypes the engine quantizes a 16-bit checkpoint to by a flag (vLLM's and TGI's FP8;
+    TensorRT-LLM's PyTorch backend has none and reads FP8 from a ModelOpt checkpoint)."""
     wanted = scenario.weight_dtype
-    if wanted in ("int8", "int4") and wanted != scenario.model.weight_dtype:
-        return f"  # serve an {wanted.upper()} checkpoint of this model (AWQ, GPTQ, …): the plan assumes its weights"
+    if wanted in ("int8", "int4", "fp8") and wanted not in online and wanted != scenario.model.weight_dtype:
+        tools = "ModelOpt" if wanted == "fp8" else "AWQ, GPTQ"
+        return f"  # serve an {wanted.upper()} checkpoint of this model ({tools}, …): the plan assumes its weights"
     return ""
 
 

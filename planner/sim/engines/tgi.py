@@ -20,7 +20,7 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
 
 def launch_args(config: dict, scenario) -> str:
     """``text-generation-launcher`` flags: the token budget is ``--max-batch-prefill-tokens``. TGI sizes a batch
-    by its token budgets; ``--max-batch-size`` caps it only without chunking (:func:`launch_env`), where it is
+    by its token budgets; ``--max-batch-size`` caps it only without chunking (:func:`launch_prefix`), where it is
     given; chunking, TGI ignores it (but for a batch formed from idle), so it is left out."""
     max_len = scenario.max_model_len
     parts = [f"--max-batch-prefill-tokens {config['max_num_batched_tokens']}"]
@@ -36,10 +36,14 @@ def launch_args(config: dict, scenario) -> str:
     return " ".join(parts) + checkpoint_note(scenario)
 
 
-def launch_env(config: dict, scenario) -> str:
-    """TGI chunks prompts wherever the model's attention allows; ``PREFILL_CHUNKING=0`` turns it off (its
-    ``server/text_generation_server/models/globals.py``)."""
-    return "" if config["enable_chunked_prefill"] else "PREFILL_CHUNKING=0 "
+def launch_prefix(config: dict, scenario) -> str:
+    """Environment the server reads (its ``server/text_generation_server/models/globals.py``).
+    ``TGI_WIGGLE_ROOM``: TGI gives the KV cache what is free after its warmup less ``1 − wiggle × cuda memory
+    fraction`` of the GPU (``flash_causal_lm.py``, ``warmup``), which is ``gpu_memory_utilization``'s budget with
+    the fraction at its default 1; its default moved (0.95 to 3.0, 0.93 in 3.1, 0.90 from 3.3), so the plan's is
+    written out. ``PREFILL_CHUNKING=0``: TGI chunks prompts wherever the model's attention allows."""
+    env = f"TGI_WIGGLE_ROOM={scenario.gpu_memory_utilization:g} "
+    return env if config["enable_chunked_prefill"] else env + "PREFILL_CHUNKING=0 "
 
 
 ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
@@ -48,6 +52,6 @@ ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_ne
                 "only without chunked prefill (TGI ignores --max-batch-size while chunking).", run,
                 reservation=RESERVE_CHUNKED, chunked_seq_cap=False,
                 launcher="text-generation-launcher --model-id {model}", launch_args=launch_args,
-                launch_env=launch_env,
+                launch_prefix=launch_prefix,
                 prefix_cache_note="computes every prompt: TGI 3's prefix caching (on by default there) is not "
                 "modelled, so its TTFT on reused prompts is an upper bound")

@@ -14,9 +14,18 @@ def max_num_tokens(budget: int, chunked: bool, max_model_len: int) -> int:
     return budget if chunked else max(budget, max_model_len)
 
 
+# the file of LLM API options the launch command writes and passes (``--extra_llm_api_options``)
+OPTIONS_FILE = "trtllm-serve.yaml"
+
+
+def pool_blocks(settings: EngineSettings) -> int:
+    """The plan's KV pool in TensorRT-LLM's own 32-token blocks."""
+    return settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK
+
+
 def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_every: int = 1,
         fleet: FleetSpec = ONE_REPLICA) -> RawRun:
-    blocks = settings.num_blocks * settings.block_size // TOKENS_PER_BLOCK     # the same pool in its own blocks
+    blocks = pool_blocks(settings)
     budget = max_num_tokens(settings.max_num_batched_tokens, settings.chunked_prefill, settings.max_model_len)
     out = simulate_kernel(arrival, prompt, output, reservation_limit(prompt, settings), coeffs,
                           settings.max_num_seqs, budget, ENGINE.block_tokens, blocks, settings.chunked_prefill, 0,
@@ -36,13 +45,25 @@ def launch_args(config: dict, scenario) -> str:
         parts.append("--enable_chunked_prefill")
     if scenario.tp > 1:
         parts.append(f"--tp_size {scenario.tp}")
-    return " ".join(parts) + checkpoint_note(scenario)
+    parts.append(f"--extra_llm_api_options {OPTIONS_FILE}")
+    return " ".join(parts) + checkpoint_note(scenario, online=())
+
+
+def launch_prefix(config: dict, scenario) -> str:
+    """Writes the options ``trtllm-serve`` takes only from a YAML file (its ``KvCacheConfig``): ``max_tokens``,
+    the plan's pool, which TensorRT-LLM takes where its own sizing (``free_gpu_memory_fraction``, 0.9 of the memory
+    left after the weights) gives more, so the server holds the KV the replay had; and an FP8 cache (``dtype``),
+    which no flag sets (its FP8 is e4m3; an e5m2 plan needs the same bytes)."""
+    lines = ["kv_cache_config:", f"  max_tokens: {pool_blocks(scenario.settings) * TOKENS_PER_BLOCK}"]
+    if scenario.kv_cache_dtype.startswith("fp8"):
+        lines.append("  dtype: fp8")
+    return "printf '" + "\\n".join(lines) + f"\\n' > {OPTIONS_FILE} && "
 
 
 ENGINE = Engine("trtllm", "TensorRT-LLM (GUARANTEED_NO_EVICT)",
                 "In-flight batching with max_num_tokens per step; a request is admitted only when its prompt + "
                 "max output fits in 32-token blocks, so a started request is never paused.", run,
                 reservation=RESERVE_MAX, block_tokens=TOKENS_PER_BLOCK, launcher="trtllm-serve {model}",
-                launch_args=launch_args,
+                launch_args=launch_args, launch_prefix=launch_prefix,
                 prefix_cache_note="computes every prompt: TensorRT-LLM's KV cache reuse (enable_block_reuse) is "
                 "not modelled, so its TTFT on reused prompts is an upper bound")
