@@ -2,8 +2,7 @@
 its settings, and the cost model. Built and validated once (a value ``vllm serve`` would refuse is refused here,
 naming the flag and what it expects), then taken whole by every layer: memory, fit check, simulation, search,
 recommendation, diagnosis and report. Defaults that depend on other fields (``max_model_len`` from the model,
-``max_num_seqs`` and ``max_num_batched_tokens`` from the GPU) are resolved here and nowhere else.
-"""
+``max_num_seqs`` and ``max_num_batched_tokens`` from the GPU) are resolved here and nowhere else."""
 
 from __future__ import annotations
 
@@ -128,6 +127,8 @@ class Scenario:
         engine = ENGINES.get(self.engine)
         if engine is None:
             raise PlannerError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
+        if util == 1 and engine.full_memory_refusal:
+            raise PlannerError(f"--gpu-mem-util 1: {engine.full_memory_refusal}; expected a fraction below 1")
         if self.preemption not in engine.preemption_modes:
             raise PlannerError(f"--preemption {self.preemption!r}: {engine.label} preempts by "
                                f"{' or '.join(engine.preemption_modes)} only; expected --preemption "
@@ -159,8 +160,7 @@ class Scenario:
             raise PlannerError(f"--price {price:g}: expected a non-negative price per GPU-hour")
 
     def _check_tp(self, tp: int) -> None:
-        fits = tp_degrees(self.model)
-        if tp not in fits:
+        if tp not in (fits := tp_degrees(self.model)):
             raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
                                f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
                                f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")

@@ -61,6 +61,8 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
     ({"block_size": 256, "overheads": Overheads(vllm_version="0.11")},
      "--block-size 256: V1 0.11 (FlashInfer sampler; full CUDA graphs for decode) takes at most 128"),
     ({"block_size": 256, "engine": "vllm-v0"}, "--block-size 256: V0 0.6.5-0.10 (VLLM_USE_V1=0) takes at most 128"),
+    # TGI's KV budget is its wiggle room (the launch command writes the utilization there), which must be below 1
+    ({"engine": "tgi", "gpu_memory_utilization": 1.0}, "--gpu-mem-util 1: TGI asserts TGI_WIGGLE_ROOM < 1"),
 ])
 def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
     with pytest.raises(PlannerError) as info:
@@ -75,6 +77,9 @@ def test_what_a_release_refuses_its_successors_take():
     assert (later.block_size, later.chunked_prefill) == (256, False)
     tgi = Scenario(LLAMA8, A100, engine="tgi", block_size=256, overheads=Overheads(vllm_version="0.11"))
     assert tgi.block_size == 256
+    # TGI takes any utilization below 1 as its wiggle room; vLLM takes 1 itself
+    assert Scenario(LLAMA8, A100, engine="tgi", gpu_memory_utilization=0.99).gpu_memory_utilization == 0.99
+    assert Scenario(LLAMA8, A100, gpu_memory_utilization=1).gpu_memory_utilization == 1.0
 
 
 def test_tp_degrees_follow_vllms_head_rules():

@@ -114,6 +114,7 @@ class Engine:
     launch_args: Callable[[dict, Scenario], str] | None = None   # (config, scenario) -> its flags
     # (config, scenario) -> what goes before the launcher: "VAR=value " settings, or a file its flags read
     launch_prefix: Callable[[dict, Scenario], str] | None = None
+    full_memory_refusal: str = ""      # why the server refuses gpu_memory_utilization 1 ("": it takes it)
     fleet_loop: bool = True            # its loop runs a fleet behind a router (see the class docstring)
     # vLLM V1's runtime, whose costs the cost model adds (CostParams): piecewise CUDA graphs around attention in a
     # step that holds prefill, and an API-server process apart from the engine core (the frontend's latency); and
@@ -159,8 +160,8 @@ VLLM_KV_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 def vllm_scenario_flags(scenario: Scenario) -> list[str]:
     """The ``vllm serve`` flags of a scenario's memory settings (V0 and V1 spell them alike), and the
     tensor-parallel degree and context length: what makes the server match the plan. ``--gpu-memory-utilization``
-    is always given: vLLM's default moved from 0.9 to 0.92 (its ``CacheConfig``, in 0.20.0: PR #38284), so a server left to its
-    default need not hold the pool planned."""
+    is always given: vLLM's default moved from 0.9 to 0.92 (its ``CacheConfig``, in 0.20.0: PR #38284), so a
+    server left to its default need not hold the pool planned."""
     parts = []
     if scenario.tp > 1:
         parts.append(f"--tensor-parallel-size {scenario.tp}")

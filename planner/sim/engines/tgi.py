@@ -53,5 +53,6 @@ ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_ne
                 reservation=RESERVE_CHUNKED, chunked_seq_cap=False,
                 launcher="text-generation-launcher --model-id {model}", launch_args=launch_args,
                 launch_prefix=launch_prefix,
+                full_memory_refusal="TGI asserts TGI_WIGGLE_ROOM < 1 (server/text_generation_server/models/globals.py)",
                 prefix_cache_note="computes every prompt: TGI 3's prefix caching (on by default there) is not "
                 "modelled, so its TTFT on reused prompts is an upper bound")
