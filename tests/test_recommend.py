@@ -284,8 +284,10 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     assert "--max_num_tokens 8192" in whole and "chunked" not in whole
     # the KV pool and an FP8 cache go in the options file the command writes first: the plan's pool, in tokens
     pool_tokens = base.settings.num_blocks * base.settings.block_size // 32 * 32
-    assert trt.startswith(f"printf 'kv_cache_config:\\n  max_tokens: {pool_tokens}\\n' > trtllm-serve.yaml && "
-                          "trtllm-serve meta-llama/Meta-Llama-3-8B ")
+    assert trt.startswith(f"printf 'kv_cache_config:\\n  max_tokens: {pool_tokens}\\n  free_gpu_memory_fraction: 0.9"
+                          "\\n' > trtllm-serve.yaml && trtllm-serve meta-llama/Meta-Llama-3-8B ")
+    # its own sizing, a fraction of what the weights leave, is the plan's utilization: it never binds first
+    assert "  free_gpu_memory_fraction: 0.95\\n" in args("trtllm", gpu_memory_utilization=0.95)["launch_command"]
     fp8 = args("trtllm", kv_cache_dtype="fp8", weight_dtype="fp8")["launch_command"]
     assert "\\n  dtype: fp8\\n' > trtllm-serve.yaml" in fp8 and "--quantization" not in fp8
     # TensorRT-LLM quantizes no weights online: FP8 needs an FP8 checkpoint, where vLLM and TGI take a flag

@@ -51,10 +51,13 @@ def launch_args(config: dict, scenario) -> str:
 
 def launch_prefix(config: dict, scenario) -> str:
     """Writes the options ``trtllm-serve`` takes only from a YAML file (its ``KvCacheConfig``): ``max_tokens``,
-    the plan's pool, which TensorRT-LLM takes where its own sizing (``free_gpu_memory_fraction``, 0.9 of the memory
-    left after the weights) gives more, so the server holds the KV the replay had; and an FP8 cache (``dtype``),
-    which no flag sets (its FP8 is e4m3; an e5m2 plan needs the same bytes)."""
-    lines = ["kv_cache_config:", f"  max_tokens: {pool_blocks(scenario.settings) * TOKENS_PER_BLOCK}"]
+    the plan's pool, which TensorRT-LLM takes where its own sizing gives more, so the server holds the KV the replay
+    had; ``free_gpu_memory_fraction``, that sizing (default 0.9 of the memory left after the weights), set to the
+    plan's utilization, whose fraction of what the weights leave holds the plan's pool at any utilization (a file's
+    ``kv_cache_config`` replaces the flags' whole); and an FP8 cache (``dtype``), which no flag sets (its FP8 is
+    e4m3; an e5m2 plan needs the same bytes)."""
+    lines = ["kv_cache_config:", f"  max_tokens: {pool_blocks(scenario.settings) * TOKENS_PER_BLOCK}",
+             f"  free_gpu_memory_fraction: {scenario.gpu_memory_utilization:g}"]
     if scenario.kv_cache_dtype.startswith("fp8"):
         lines.append("  dtype: fp8")
     return "printf '" + "\\n".join(lines) + f"\\n' > {OPTIONS_FILE} && "
