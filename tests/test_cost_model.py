@@ -481,6 +481,39 @@ def test_trace_calibration_warns_of_an_unmeasured_metric_and_of_a_held_out_gap()
     assert any(w.startswith(f"the held-out arrivals are predicted at {held:.1%} median error") for w in gap["warnings"])
 
 
+def test_trace_calibration_compares_the_same_requests_on_both_sides():
+    from planner.sim.trace_calibration import fit_trace_held_out, latency_errors
+
+    truth = CostParams(mfu=0.42, mbu=0.68)
+    work = synthetic("requests=200,input=uniform:100:2000,output=uniform:20:400,qps=4,seed=7")
+    replay = simulate(work, S(max_model_len=8192, cost=truth))
+    # the longest fifth of the prompts untimed (a client that lost their stream events): the predictions of the
+    # requests the trace times, against those times, are exact
+    long = work.input_tokens > np.quantile(work.input_tokens, 0.8)
+    untimed = np.where(long, np.nan, replay.ttft_s)
+    rows = {r["metric"]: r for r in latency_errors(replay.ttft_s, replay.tpot_s, untimed, replay.tpot_s)}
+    assert [rows[m]["error"] for m in ("TTFT mean", "TTFT p99", "TPOT p99")] == [0.0, 0.0, 0.0]
+    assert (rows["TTFT p99"]["requests"], rows["TPOT p99"]["requests"]) == (int((~long).sum()), work.n)
+    # a TPOT logged as 0 (a one-token reply's, in many loggers) is no inter-token time: on neither side
+    zeroed = np.arange(work.n) % 4 == 0
+    rows = {r["metric"]: r for r in latency_errors(replay.ttft_s, replay.tpot_s, replay.ttft_s,
+                                                   np.where(zeroed, 0.0, replay.tpot_s))}
+    assert rows["TPOT mean"]["error"] == 0.0 and rows["TPOT mean"]["requests"] == int((~zeroed).sum())
+    # and the fit matches the same requests: the untimed long prompts do not drag MFU up (it went to 1.0, its
+    # bound, when every predicted TTFT was set against the timed ones)
+    fit = fit_trace_held_out(S(max_model_len=8192), work, untimed, replay.tpot_s)
+    assert fit["params"]["mfu"] == pytest.approx(0.42, rel=0.1) and fit["params"]["mbu"] == pytest.approx(0.68, rel=0.1)
+    # a scenario that rejects requests the server timed is not that server: refused, with how many and why
+    short = S(max_model_len=1024)
+    lost = simulate(work, short).too_long
+    assert 0 < lost.sum() < work.n
+    with pytest.raises(PlannerError, match=rf"^{int(lost.sum())} of the trace's timed requests are rejected by this "
+                                           rf"scenario, though the server timed them \({int(lost.sum())} whose "
+                                           rf"prompts, up to {int(work.input_tokens.max()):,} tokens, do not fit "
+                                           r"--max-model-len 1,024; 0 that need more KV"):
+        fit_trace_held_out(short, work, replay.ttft_s, replay.tpot_s)
+
+
 def test_trace_fit_ends_at_least_as_close_as_the_truth():
     from planner.sim.trace_calibration import _TRACE_QUANTILES
 

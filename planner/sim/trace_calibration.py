@@ -38,20 +38,30 @@ LATENCY_METRICS = (("ttft", "mean"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", 
                    ("tpot", "mean"), ("tpot", "p50"), ("tpot", "p90"), ("tpot", "p99"))
 
 
+def scored(predicted_s: np.ndarray, measured_s: np.ndarray) -> np.ndarray:
+    """The requests one metric is compared on, the same on both sides: measured (finite and above 0: a one-token
+    reply logged with a TPOT of 0 has no inter-token time) and predicted (a request the scenario rejects, or a
+    one-token output's TPOT, has none). Compared on all of each side instead, a trace whose longest prompts went
+    untimed read +245% at TTFT p99 where the same requests read +125%."""
+    predicted_s, measured_s = np.asarray(predicted_s, float), np.asarray(measured_s, float)
+    return np.isfinite(predicted_s) & np.isfinite(measured_s) & (measured_s > 0)
+
+
 def latency_errors(predicted_ttft_s: np.ndarray, predicted_tpot_s: np.ndarray, measured_ttft_s: np.ndarray,
                    measured_tpot_s: np.ndarray) -> list[dict]:
-    """Predicted against measured TTFT and TPOT: mean, p50, p90 and p99 of each (ms, finite values), with the
-    error ``predicted / measured − 1``; the calibration report's and the Simulate page's table."""
+    """Predicted against measured TTFT and TPOT: mean, p50, p90 and p99 of each (ms) over the requests both sides
+    time (:func:`scored`, counted in ``requests``), with the error ``predicted / measured − 1``; the calibration
+    report's and the Simulate page's table."""
     rows = []
     for metric, stat in LATENCY_METRICS:
         pair = {"ttft": (predicted_ttft_s, measured_ttft_s), "tpot": (predicted_tpot_s, measured_tpot_s)}[metric]
-        values = []
-        for v in pair:
-            v = np.asarray(v, float)
-            v = v[np.isfinite(v)]
-            values.append(float("nan") if v.size == 0 else
-                          float(v.mean() if stat == "mean" else np.percentile(v, float(stat[1:]))) * 1e3)
-        rows.append({"metric": f"{metric.upper()} {stat}", "measured_ms": values[1], "predicted_ms": values[0],
+        pair = [np.asarray(v, float) for v in pair]
+        both = scored(*pair)
+        values = [float("nan") if not both.any() else
+                  float(v[both].mean() if stat == "mean" else np.percentile(v[both], float(stat[1:]))) * 1e3
+                  for v in pair]
+        rows.append({"metric": f"{metric.upper()} {stat}", "requests": int(both.sum()), "measured_ms": values[1],
+                     "predicted_ms": values[0],
                      "error": values[0] / values[1] - 1 if values[1] > 0 else float("nan")})
     return rows
 
@@ -75,6 +85,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         raise PlannerError(f"the trace's first {1 - holdout:.0%} of arrivals hold {sides[0]:,} requests with a "
                            f"measured TTFT or TPOT and the last {holdout:.0%} {sides[1]:,}: a held-out split needs "
                            "at least 10 on each side (change --holdout, or calibrate on a trace timed throughout)")
+    _refuse_rejected(simulate(workload, scenario), scenario, ttft_s, tpot_s)     # the held-out part's too
     part = workload.subset(head)
     report = fit_trace(scenario, part, ttft_s[head], tpot_s[head],
                        progress=lambda fraction, message: say(0.9 * fraction, message))
@@ -93,13 +104,14 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
                    "the server's own time (no client or network time), measured on the scenario's server (model, "
                    "GPU, TP, dtypes) at its limits")
     say(0.94, "probing how firmly the fitted part pins each parameter")
-    base = _trace_quantiles(simulate(part, scenario.replace(cost=params)))
+    base = _trace_quantiles(simulate(part, scenario.replace(cost=params)), ttft_s[head], tpot_s[head])
     moves = {}
     for name in TRACE_PARAMS:
         value = getattr(params, name)
         # 10% more, or 10% less for one on the top of its range
         value *= 1 + NUDGE if value * (1 + NUDGE) <= PARAM_RANGES[name][1] else 1 - NUDGE
-        nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(params, **{name: value}))))
+        nudged = _trace_quantiles(simulate(part, scenario.replace(cost=replace(params, **{name: value}))),
+                                  ttft_s[head], tpot_s[head])
         moves[name] = float(np.nanmax(np.abs(nudged / base - 1)))
     report["warnings"] = at_bound(params, TRACE_PARAMS) + weak(
         moves, "TTFT/TPOT quantiles", "requests at loads where it binds (prefill-heavy arrivals for mfu, "
@@ -163,9 +175,28 @@ def fit_measured(scenario: Scenario, measured, holdout: float = HOLDOUT_SHARE,
     return {**report, "warnings": [*measured.notes, *report["warnings"]]}
 
 
-def _trace_quantiles(result) -> np.ndarray:
-    return np.concatenate([np.nanquantile(v, _TRACE_QUANTILES) for v in (result.ttft_s, result.tpot_s)
-                           if np.isfinite(v).any()])
+def _trace_quantiles(result, ttft_s: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+    """The replay's TTFT and TPOT quantiles over the requests the trace times (:func:`scored`): a metric it does
+    not measure pins nothing, however much a parameter moves it."""
+    return np.concatenate([np.nanquantile(predicted[mask], _TRACE_QUANTILES)
+                           for predicted, measured in ((result.ttft_s, ttft_s), (result.tpot_s, tpot_s))
+                           if (mask := scored(predicted, measured)).any()])
+
+
+def _refuse_rejected(result, scenario: Scenario, ttft_s: np.ndarray, tpot_s: np.ndarray) -> None:
+    """Refuse a fit whose replay rejects requests the server timed: the scenario is not the measured server, and
+    its replay carries less load than the server did, which a fit would charge to MFU and MBU (one trace whose
+    server took 16% of its prompts past the scenario's --max-model-len fitted MFU 0.56 against 0.94)."""
+    lost = result.rejected & (np.isfinite(ttft_s) | np.isfinite(tpot_s))
+    if not lost.any():
+        return
+    too_long = int((lost & result.too_long).sum())
+    raise PlannerError(f"{int(lost.sum()):,} of the trace's timed requests are rejected by this scenario, though the "
+                       f"server timed them ({too_long:,} whose prompts, up to "
+                       f"{int(result.workload.input_tokens[lost].max()):,} tokens, do not fit --max-model-len "
+                       f"{scenario.max_model_len:,}; {int(lost.sum()) - too_long:,} that need more KV than its "
+                       f"{scenario.settings.num_blocks:,}-block pool): a fit would charge the load the replay misses "
+                       "to MFU and MBU; expected the measured server's --max-model-len and memory flags")
 
 
 def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarray,
@@ -184,10 +215,16 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     from planner.sim.run import simulate
 
     start = scenario.cost.resolved(scenario)
-    ttft, tpot = ttft_s[np.isfinite(ttft_s) & (ttft_s > 0)], tpot_s[np.isfinite(tpot_s) & (tpot_s > 0)]
-    if ttft.size + tpot.size < 10:
+    first = simulate(workload, scenario)
+    _refuse_rejected(first, scenario, ttft_s, tpot_s)
+    # each metric on the requests both sides time (which requests a replay rejects or leaves untimed does not
+    # depend on the cost model: a one-token output has no TPOT whatever the step time)
+    masks = {"ttft": scored(first.ttft_s, ttft_s), "tpot": scored(first.tpot_s, tpot_s)}
+    if sum(int(mask.sum()) for mask in masks.values()) < 10:
         raise PlannerError("the trace has fewer than 10 measured TTFT/TPOT values: nothing to calibrate against")
-    targets = [(name, np.quantile(v, _TRACE_QUANTILES)) for name, v in (("ttft", ttft), ("tpot", tpot)) if v.size]
+    measured_s = {"ttft": ttft_s, "tpot": tpot_s}
+    targets = [(name, masks[name], np.quantile(measured_s[name][masks[name]], _TRACE_QUANTILES))
+               for name in masks if masks[name].any()]
 
     lo, hi = (np.array(b) for b in zip(*(PARAM_RANGES[k] for k in TRACE_PARAMS), strict=True))
 
@@ -201,8 +238,8 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
             values = np.clip(np.exp(log_vec), lo, hi)
             result = simulate(workload, pool.replace(cost=with_values(start, TRACE_PARAMS, values)))
             got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
-            return float(sum(np.mean(np.log(np.nanquantile(got[name], _TRACE_QUANTILES) / want) ** 2)
-                             for name, want in targets))
+            return float(sum(np.mean(np.log(np.nanquantile(got[name][mask], _TRACE_QUANTILES) / want) ** 2)
+                             for name, mask, want in targets))
         # A replay's quantiles move in small jumps as a parameter moves (a step boundary crossing an arrival), so a
         # local search can stall on a ledge: from the scenario's values, on the first 140 of 200 requests simulated
         # with a known MFU and MBU, it stopped at 7x the truth's loss. So it runs twice, from the scenario's values
@@ -228,10 +265,10 @@ def fit_trace(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s: np.ndarr
     params, pool = fits[best][1], pools[best]
     result = simulate(workload, pool.replace(cost=params))
     got = {"ttft": result.ttft_s, "tpot": result.tpot_s}
-    measured = np.concatenate([want for _, want in targets]) * 1e3
-    predicted = np.concatenate([np.nanquantile(got[name], _TRACE_QUANTILES) for name, _ in targets]) * 1e3
+    measured = np.concatenate([want for _, _, want in targets]) * 1e3
+    predicted = np.concatenate([np.nanquantile(got[name][mask], _TRACE_QUANTILES) for name, mask, _ in targets]) * 1e3
     report = fit_report(params, measured, predicted, "trace TTFT/TPOT quantiles", TRACE_PARAMS)
-    quantiles = [(name.upper(), round(float(q), 2)) for name, _ in targets for q in _TRACE_QUANTILES]
+    quantiles = [(name.upper(), round(float(q), 2)) for name, _, _ in targets for q in _TRACE_QUANTILES]
     for residual, (metric, q) in zip(report["residuals"], quantiles, strict=True):
         residual.update(metric=metric, quantile=q)          # which of the fitted quantiles each row is
     report["num_blocks"] = pool.settings.num_blocks
