@@ -85,6 +85,17 @@ def test_least_loaded_balances_what_round_robin_piles_on_one_replica():
     assert ll.metric_ms("ttft", 99) < 0.5 * rr.metric_ms("ttft", 99)
 
 
+def test_a_router_sees_a_replica_mid_step_as_it_was_when_the_step_began():
+    # A (an 8,000-token prompt, one output token) and X (500 tokens, a long decode) arrive together; C arrives 5 ms
+    # later, while A's prefill runs for ~0.2 s. The loop computes A's step whole when it starts, and A finishes in
+    # it; a router that read that step's end saw replica 0 empty and sent C behind A (244 ms TTFT)
+    work = SimWorkload(np.array([0.0, 0.0, 0.005]), np.array([8000, 500, 100]), np.array([1, 2000, 10]), "mid-step")
+    scenario = Scenario(MODEL, GPU, max_model_len=8192)
+    result = simulate(work, scenario, fleet=Fleet(2, "least-loaded"))
+    assert result.replica.tolist() == [0, 1, 1]
+    assert result.first_token[2] - 0.005 < 0.1 < result.finish[0]
+
+
 def test_least_loaded_splits_equal_requests_evenly():
     work = sorted_workload(np.zeros(64), np.full(64, 200), np.full(64, 50), "burst")
     result = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"))
@@ -153,6 +164,28 @@ def test_verdicts_light_load_stable_a_drained_surge_backlogged_overload_overload
     assert over.completed.all()
     # ... and the verdict is the summary's "saturated"
     assert summarize(over).saturated and not summarize(_run(0.4 * capacity)).saturated
+
+
+def test_a_run_a_search_stops_counts_only_the_requests_it_routed():
+    from planner.sim.results import per_replica
+
+    work = synthetic("requests=2000,input=2000,output=300,qps=200,seed=2")
+    stopped = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"), abort_wait_s=2.0)
+    routed = stopped.replica >= 0
+    assert 0 < routed.sum() < work.n                     # the arrivals after the stop were never routed
+    assert [r.requests for r in per_replica(stopped)] == np.bincount(stopped.replica[routed], minlength=4).tolist()
+    assert sum(r.requests for r in per_replica(stopped)) == routed.sum()
+
+
+def test_a_queue_that_drains_between_whole_second_bursts_is_stable():
+    # 60 requests stamped at each whole second for 100 s, each burst started 2 ms apart and gone in 0.12 s: the
+    # last sample falls on the last burst, whose requests had no time to wait (counted, they read backlogged)
+    arrival = np.repeat(np.arange(100.0), 60)
+    started = arrival + np.tile(np.arange(60) * 0.002, 100)
+    assert verdict(arrival, started, np.zeros(arrival.size, bool)) == "stable"
+    # the same bursts, each served only once the next has arrived: a queue that stands and grows
+    assert verdict(arrival, arrival + np.tile(np.arange(60) * 0.03, 100) * np.repeat(np.arange(1.0, 101.0), 60),
+                   np.zeros(arrival.size, bool)) == "overloaded"
 
 
 def test_tiny_and_one_instant_traces_get_sensible_verdicts():

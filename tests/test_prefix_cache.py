@@ -78,6 +78,10 @@ def test_a_declared_prefix_is_shared_by_its_share_of_requests():
     carriers = np.flatnonzero(identity.parent >= 0)
     assert run.hits[carriers].tolist() == [0, 160, 160, 160]
     assert run.hits[identity.parent < 0].sum() == 0
+    # scattered, not every other request: round-robin over two replicas sends carriers to both (every second
+    # request carrying it sent them all to one)
+    carriers = np.flatnonzero(declared(1000, np.full(1000, 200), 160, 0.5).parent >= 0)
+    assert carriers.size == 500 and 200 < (carriers % 2).sum() < 300
 
 
 def test_a_pool_too_small_to_keep_anything_hits_nothing():

@@ -18,7 +18,7 @@ import numpy as np
 from planner.sim.cost_model import step_seconds
 from planner.sim.decode_runs import decode_run
 from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
-from planner.sim.routers.base import route
+from planner.sim.routers.base import ROUND_ROBIN, route
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024))
 TGI_CHUNK = 1024
@@ -84,7 +84,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
 
     The next event is the earlier of the next arrival (routed on the replicas' state at that moment) and the end
     of the step of the busy replica whose clock is earliest; a replica's step starts once every request that
-    arrived by then is routed. With one replica this is the single engine's loop, step for step.
+    arrived by then is routed. A step is computed whole when it starts, so a replica whose step spans an arrival
+    shows the router its load at the step's start plus what was routed to it since: what the engine reports
+    between steps, not what that step will have done. With one replica this is the single engine's loop, step for
+    step.
 
     With ``caching`` (lazy allocation only) each replica caches prefixes as vLLM V1 does
     (:mod:`planner.sim.kv_pool`): request ``r``'s block ``j`` has the key its runs give (``run_off``, ``run_end``,
@@ -120,7 +123,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     computed = np.zeros(n, np.int64)
     generated = np.zeros(n, np.int64)
     blocks = np.zeros(n, np.int64)
-    replica = np.zeros(n, np.int64)
+    replica = np.full(n, -1, np.int64)      # -1: never routed (a search stopped the run first)
     ring = n + 1
     queues = np.empty((replicas, ring), np.int64)   # ring buffers: preempted requests return to the front
     heads = np.zeros(replicas, np.int64)
@@ -133,6 +136,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     # outstanding tokens: the context of every request routed here and not finished (waiting prompts, queued
     # prefill and the KV of running requests): what a router can know, not the outputs still to come
     load = np.zeros(replicas, np.int64)
+    # the load as a router sees it during a replica's step (clock after the arrival): its load when the step
+    # started, plus the prompts routed to it since
+    step_load = np.zeros(replicas, np.int64)
+    seen_load = np.zeros(replicas, np.int64)
     home = np.full(max(n_groups, 1), -1, np.int64)
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
@@ -154,7 +161,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 k = j
         if next_arrival < n and (k < 0 or arrival[next_arrival] <= clocks[k]):
             r = next_arrival
-            j = route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica)
+            if router != ROUND_ROBIN:
+                for j in range(replicas):
+                    seen_load[j] = step_load[j] if clocks[j] > arrival[r] else load[j]
+            j = route(router, r, replicas, seen_load, group, home, stick_tokens, turn, parent, replica)
             turn = j + 1
             replica[r] = j
             if counts[j] == 0 and sizes[j] == 0 and clocks[j] < arrival[r]:
@@ -162,6 +172,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             queues[j, (heads[j] + sizes[j]) % ring] = r
             sizes[j] += 1
             load[j] += prompt[r]
+            step_load[j] += prompt[r]
             next_arrival += 1
             continue
         queue = queues[k]
@@ -184,6 +195,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                     run_off, run_end, run_base, k, n_keys, load, run_scratch)
             if did > 0:
                 frees[k], clocks[k], step_dt[k] = free, t, dt
+                step_load[k] = load[k] - run_count          # its last step decoded each running request once
                 if steps % log_every == 0:
                     timeline, rows = log_step(timeline, rows, t, counts.sum(), sizes.sum(),
                                               replicas * num_blocks - frees.sum(), dt, bound)
@@ -341,6 +353,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         t += dt
         steps += 1
         step_dt[k] = dt
+        step_load[k] = load[k]
         finished_any = False
         for j in range(ns):
             r = sched_req[j]

@@ -16,8 +16,8 @@ Three sources give the tree:
   share up to 31 sixteen-token blocks: the trace's reuse is a lower bound.
 - **sessions** (derived): turn k of a session extends turn k−1's prompt and answer when its prompt is at least that
   long (a chat resends the conversation). Marked derived: the trace says nothing about the tokens themselves.
-- **declared**: a shared prefix of N tokens (a system prompt) on a given share of the requests, spread evenly
-  (request i carries it when ⌊(i+1)·share⌋ > ⌊i·share⌋), held by one virtual sequence.
+- **declared**: a shared prefix of N tokens (a system prompt) on a given share of the requests, ⌊n·share⌋ of them
+  scattered by a fixed shuffle (:data:`DECLARED_SEED`), held by one virtual sequence.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from planner.errors import PlannerError
 # Tokens per prefix block id: a request's hash_ids hold ceil(input_tokens / 512) ids. Mooncake
 # (kvcache-ai/Mooncake, FAST25-release/README.md): "The block size is 512 tokens".
 MOONCAKE_BLOCK_TOKENS = 512
+# which requests carry a declared prefix: a fixed shuffle, so the same flags give the same replay
+DECLARED_SEED = 0
 SOURCES = {"hash_ids": "hash_ids stored with each request (Mooncake: one id per 512-token prefix block)",
            "sessions": "derived from sessions: each turn extends the previous turn's prompt and answer",
            "declared": "a declared shared prefix (e.g. a system prompt)"}
@@ -227,13 +229,15 @@ def from_sessions(group: np.ndarray, input_tokens: np.ndarray, output_tokens: np
 
 
 def declared(n: int, input_tokens: np.ndarray, tokens: int, share: float) -> PrefixIdentity:
-    """``tokens`` shared by ``share`` of the requests (evenly spread), as one virtual sequence."""
+    """``tokens`` shared by ``share`` of the requests (⌊n · share⌋ of them, scattered by a fixed shuffle), as one
+    virtual sequence. Every 1/share-th request would line up with round-robin: at share 0.5 on two replicas every
+    carrier went to one replica (hit rates 0 and 0.74), which made round-robin look like a prefix-aware router."""
     if not (isinstance(tokens, int) and tokens >= 1):
         raise PlannerError(f"shared prefix of {tokens!r} tokens: expected a positive whole number of tokens")
     if not (math.isfinite(share) and 0 < share <= 1):
         raise PlannerError(f"shared prefix share {share!r}: expected a fraction of the requests in (0, 1]")
-    i = np.arange(n)
-    carries = np.floor((i + 1) * share) > np.floor(i * share)
+    carries = np.zeros(n, bool)
+    carries[np.random.default_rng(DECLARED_SEED).permutation(n)[:math.floor(n * share)]] = True
     parent = np.where(carries, n, -1).astype(np.int64)
     shared = np.where(carries, np.minimum(tokens, input_tokens), 0).astype(np.int64)
     return PrefixIdentity("declared", parent, shared, np.array([tokens], np.int64),

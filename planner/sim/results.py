@@ -46,7 +46,7 @@ class SimResult:
     sim_wall_s: float
     generated: np.ndarray
     free_blocks_at_end: int
-    replica: np.ndarray | None = None     # the replica each request went to (-1: rejected up front)
+    replica: np.ndarray | None = None     # the replica each request went to (-1: rejected up front, or never routed)
     fleet: Fleet = ONE
     hit_tokens: np.ndarray | None = None  # prompt tokens each found in the prefix cache (None: no cache modelled)
     rehit_tokens: np.ndarray | None = None  # tokens found again on re-admission after a preemption

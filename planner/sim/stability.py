@@ -4,9 +4,11 @@ inference-sim's detectors and Vidur's search judge completed requests only, so a
 queue grew for minutes still reads stable once the tail drains (``../shared/reference/prefix-cache-and-routing.md``
 §4). This rule looks at the arrival window alone and counts the requests still waiting in it:
 
-* ``waiting(τ)`` = requests arrived by τ that have not been scheduled by τ (never started, or stopped by a
-  search's abort), sampled at :data:`SAMPLES` equal steps over the arrival window, from its first arrival to its
-  last; the drain after the last arrival is ignored;
+* ``waiting(τ)`` = requests arrived before τ that have not been scheduled before τ (never started, or stopped by
+  a search's abort), sampled at :data:`SAMPLES` equal steps over the arrival window, from its first arrival to its
+  last; the drain after the last arrival is ignored. A request arriving at τ itself has had no time to wait: with
+  timestamps in whole seconds the last sample falls on a burst, and counting it called a queue that drained every
+  second backlogged (60 requests/s, 100 s; jittered within each second, the same load was stable);
 * the noise floor ``h = K · max(√(n / SAMPLES), 1)``: K Poisson standard deviations of the arrivals in one sampling
   step, and at least K requests (K = 3, inference-sim's backlog-drift factor, which it calls "not empirically
   calibrated"; so is ours);
@@ -36,14 +38,15 @@ VERDICTS = ("stable", "backlogged", "overloaded")
 
 def waiting_counts(arrival_s: np.ndarray, first_scheduled_s: np.ndarray,
                    samples: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
-    """Sample times over the arrival window and the requests waiting at each (arrived, not yet scheduled)."""
+    """Sample times over the arrival window and the requests waiting at each (arrived before it and not yet
+    scheduled; every request scheduled before a sample arrived before it)."""
     if arrival_s.size == 0:
         return np.empty(0), np.empty(0)
     lo, hi = float(arrival_s.min()), float(arrival_s.max())
     times = lo + (hi - lo) * np.arange(1, samples + 1) / samples
-    arrived = np.searchsorted(np.sort(arrival_s), times, side="right")
+    arrived = np.searchsorted(np.sort(arrival_s), times, side="left")
     started = np.sort(np.where(np.isfinite(first_scheduled_s), first_scheduled_s, np.inf))
-    return times, arrived - np.searchsorted(started, times, side="right")
+    return times, arrived - np.searchsorted(started, times, side="left")
 
 
 def verdict(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np.ndarray) -> str:

@@ -23,7 +23,8 @@ def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, re
     ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
     sends a request to the replica of the request it shares its prefix with (``parent``: that replica cached the
     prefix), else a group (session) back to its replica, unless that one holds more than twice the least load plus
-    ``stick_tokens``. The replicas' state is read as it stands at the arrival (no metrics staleness)."""
+    ``stick_tokens``. ``load`` is each replica's as it stands at the arrival (no metrics staleness), a replica in
+    the middle of a step showing what it held when the step began plus what was routed to it since."""
     if router == ROUND_ROBIN or replicas == 1:
         return r % replicas
     best = turn % replicas
