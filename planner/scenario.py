@@ -289,11 +289,12 @@ class Scenario:
         return out
 
     def cli_args(self) -> list[str]:
-        """The command-line flags that rebuild this scenario (:mod:`planner.cli.scenario_args` reads them), values
-        that were defaulted left out; overheads fitted from a log are written out, exactly, in GiB."""
+        """The flags that rebuild this scenario (:mod:`planner.cli.scenario_args`), defaulted values left out, numbers
+        exact (``repr``: six digits moved a pool by a block), log-fitted overheads in GiB, the model by model_ref."""
         from planner.catalog.gpus import GPUS
+        from planner.catalog.presets import model_ref
 
-        args = ["--model", self.model.name, "--gpu", self.gpu.name, "--tp", str(self.tp)]
+        args = ["--model", model_ref(self.model), "--gpu", self.gpu.name, "--tp", str(self.tp)]
         for name, default in (("weight_dtype", None), ("kv_cache_dtype", "auto"), ("gpu_memory_utilization", 0.9),
                               ("max_model_len", None), ("block_size", 16), ("num_gpu_blocks", None),
                               ("max_num_seqs", None), ("max_num_batched_tokens", None), ("engine", "vllm-v1"),
@@ -301,7 +302,7 @@ class Scenario:
                               ("priority", "fcfs")):
             value = getattr(self, name)
             if name not in self.auto and value is not None and value != default:
-                args += [FLAGS[name], f"{value:g}" if isinstance(value, float) else str(value)]
+                args += [FLAGS[name], repr(value) if isinstance(value, float) else str(value)]
         if not self.chunked_prefill:
             args.append("--no-chunked-prefill")
         if not self.prefix_caching:
@@ -317,10 +318,9 @@ class Scenario:
             args += ["--vllm-version", o.vllm_version]
         if o.cudagraph_counted is not None and o.cudagraph_counted != o.release.cudagraphs_counted:
             args += ["--cudagraphs", "counted" if o.cudagraph_counted else "outside"]
-        preset = GPUS.get(self.gpu.name)
-        if preset is not None and preset.memory_bytes != self.gpu.memory_bytes:
+        if (preset := GPUS.get(self.gpu.name)) is not None and preset.memory_bytes != self.gpu.memory_bytes:
             args += ["--gpu-memory-gib", repr(self.gpu.memory_bytes / GiB)]
-        return args + ["--price", f"{self.gpu.price_per_hour:g}"]
+        return args + ["--price", repr(self.gpu.price_per_hour)]
 
     @cached_property
     def key(self) -> str:

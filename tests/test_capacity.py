@@ -209,3 +209,16 @@ def test_v0_log_wording():
     assert overheads.non_torch_bytes == round(0.12 * GiB)
     with pytest.raises(Exception, match="lacks"):
         fit_overheads(parse_log("nothing useful here"), 10 * GiB)
+
+
+def test_a_whole_prompt_server_gets_its_concurrency_curve_and_fit_check():
+    from planner.capacity.report import capacity_report
+
+    # a budget that holds exactly its 4,096-token prompts: the longer contexts of the curve need a longer budget,
+    # as vLLM would ask; they were refused, and `memory` and `report` with them
+    whole = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), chunked_prefill=False,
+                     max_num_batched_tokens=4096, max_model_len=4096)
+    curve = {row["max_model_len"]: row["max_concurrency"] for row in capacity_report(whole).concurrency_curve}
+    longest = whole.replace(max_model_len=8192, max_num_batched_tokens=8192).memory.max_concurrency
+    assert curve[8192] == longest and curve[4096] == whole.memory.max_concurrency
+    assert fit_check(whole, 4, 8192).tried[0]["sequences_fit"] > 4

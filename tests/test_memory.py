@@ -142,6 +142,13 @@ def test_sliding_window_concurrency_counts_only_the_window():
     assert beyond_limits(small, [], [(2, 30_000)]) == []
     assert beyond_limits(small, [], [(8, 30_000)]) == [f"3,080 KV blocks, more than the {small.memory.num_blocks:,} "
                                                        "of the pool"]
+    # the window's straddled block counts even past a short request's own length (vLLM: 28,969 / 33 at 512)
+    assert Scenario(mistral, get_gpu("a100-80gb-sxm"), max_model_len=512).memory.blocks_per_max_len_request == 33
+    # Gemma-2: half its layers slide. vLLM's groups each span half the layers, so a request takes 512 full-attention
+    # and 385 window blocks of half a pool block each (its log: 20,261 group blocks / 897 = 22.59 at util 0.9)
+    gemma = Scenario(get_model("gemma-2-9b"), get_gpu("a100-80gb-sxm")).memory
+    assert gemma.blocks_per_max_len_request == (512 + 385) / 2
+    assert gemma.max_concurrency == pytest.approx(2 * gemma.num_blocks / 897)
 
 
 def test_seed_capacity_arithmetic_brackets_its_quoted_numbers():

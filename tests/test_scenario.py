@@ -1,6 +1,7 @@
 """The Scenario: refused values name their flag as vllm serve would refuse them, defaults resolve in one place,
 replace() re-resolves what was defaulted, and the reproduce flags rebuild the same scenario."""
 
+import json
 import math
 import shlex
 
@@ -82,6 +83,23 @@ def test_what_a_release_refuses_its_successors_take():
     assert Scenario(LLAMA8, A100, gpu_memory_utilization=1).gpu_memory_utilization == 1.0
 
 
+def test_a_model_read_from_a_config_json_is_rebuilt_from_it(tmp_path, monkeypatch):
+    from planner.catalog.presets import load_config
+
+    # a folder named after a preset holds another model: the flags name its file, not the preset's name
+    folder = tmp_path / "mistral-7b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 4096}))
+    mine = Scenario(load_config(folder / "config.json"), A100)
+    assert mine.cli_args()[:2] == ["--model", "mistral-7b/config.json"]
+    monkeypatch.chdir(tmp_path)
+    again = scenario_from_args(build_parser().parse_args(["memory", *mine.cli_args()]))
+    assert again.model == mine.model and again.memory == mine.memory
+    assert Scenario(get_model("mistral-7b"), A100).cli_args()[:2] == ["--model", "mistral-7b"]     # the preset
+
+
 def test_tp_degrees_follow_vllms_head_rules():
     assert tp_degrees(LLAMA8) == [1, 2, 4, 8, 16, 32]          # 32 heads; 8 KV heads split, then replicate
     assert tp_degrees(get_model("qwen2.5-7b")) == [1, 2, 4, 28]  # 28 heads, 4 KV heads: 7 and 14 split neither
@@ -155,6 +173,10 @@ def test_the_reproduce_flags_rebuild_the_same_scenario():
                  "--price 2.25"):
         assert flag in line, flag
     assert "--max-num-batched-tokens" not in line and "--vllm-log" not in line      # defaulted; the log written out
+    # numbers exactly: six digits (0.85035) moved this pool by a block
+    odd = Scenario(LLAMA8, A100.with_price(2.123456789), gpu_memory_utilization=0.8503501750875437)
+    again = scenario_from_args(build_parser().parse_args(["memory", *odd.cli_args()]))
+    assert again.memory.num_blocks == odd.memory.num_blocks and again.gpu.price_per_hour == 2.123456789
 
     # a release's profiling rules and V1's scheduling mode travel as flags too
     older = Scenario(LLAMA8, A100, tp=2, async_scheduling=False, overheads=Overheads(vllm_version="0.15"))

@@ -49,6 +49,14 @@ class FitCheck:
                 "tried": self.tried}
 
 
+def with_context(scenario: Scenario, max_model_len: int, **changes) -> Scenario:
+    """The scenario at another ``max_model_len`` (and ``changes``). Without chunked prefill its token budget grows
+    to hold a whole prompt, as vLLM requires: a budget given for a shorter context refused the longer ones."""
+    if not scenario.chunked_prefill:
+        changes["max_num_batched_tokens"] = max(scenario.max_num_batched_tokens, max_model_len)
+    return scenario.replace(max_model_len=max_model_len, **changes)
+
+
 def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64) -> FitCheck:
     """Try the scenario at TP 1, 2, 4, … and report, for each, how many ``tokens``-long sequences fit and why not
     when short. Everything else is the scenario's: dtypes, block size, limits and overheads (weights fitted from a
@@ -66,7 +74,7 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
         weights = scenario.overheads.weights_bytes
         overheads = (replace(scenario.overheads, weights_bytes=math.ceil(weights * scenario.tp / tp))
                      if weights is not None else scenario.overheads)
-        plan = scenario.replace(tp=tp, max_model_len=tokens, overheads=overheads).memory
+        plan = with_context(scenario, tokens, tp=tp, overheads=overheads).memory
         blocks_each = math.ceil(tokens / plan.block_size)
         fit = plan.num_blocks // blocks_each
         if plan.kv_pool_bytes <= 0:

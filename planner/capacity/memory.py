@@ -154,7 +154,7 @@ class MemoryPlan:
     num_blocks: int
     kv_capacity_tokens: int            # per GPU, as vLLM logs "GPU KV cache size"
     max_model_len: int
-    blocks_per_max_len_request: int
+    blocks_per_max_len_request: float  # whole blocks, but for a hybrid model's share of sliding layers
     max_concurrency: float             # vLLM's "Maximum concurrency for max_model_len tokens per request"
     max_num_batched_tokens: int
     max_num_seqs: int
@@ -186,15 +186,20 @@ class MemoryPlan:
 
 
 def blocks_per_request(model: ModelSpec, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> float:
-    """KV blocks (per layer slot) a request of ``max_model_len`` tokens needs, as vLLM's concurrency line counts: a
-    sliding-window layer holds only its window and a step's new tokens."""
+    """KV blocks (of the pool's, which span every layer) a request of ``max_model_len`` tokens needs, as vLLM's
+    concurrency line counts: a sliding-window layer holds only its window and a step's new tokens, plus one block
+    the window may straddle, even past the request's own length (``SlidingWindowSpec.max_memory_usage_bytes``).
+    vLLM V1 keeps one KV cache group per kind of layer, each block spanning one group's layers, so a hybrid model
+    (Gemma-2: half its layers sliding) needs each kind's blocks over that kind's share of the layers: counting whole
+    blocks for both kinds halved Gemma-2's concurrency against vLLM's log."""
     full = math.ceil(max_model_len / block_size)
     if not model.sliding_window or not model.sliding_layers:
         return full
     window = math.ceil(min(model.sliding_window - 1 + max_num_batched_tokens, max_model_len) / block_size) + 1
     if model.sliding_layers >= model.layers:
-        return min(window, full)
-    return full + min(window, full)         # hybrid: one full-attention and one sliding group, equal sizes
+        return window
+    sliding_share = model.sliding_layers / model.layers
+    return window * sliding_share + full * (1 - sliding_share)
 
 
 def startup_problems(scenario: Scenario) -> tuple[str, ...]:
@@ -244,7 +249,7 @@ def plan_memory(scenario: Scenario) -> MemoryPlan:
         cudagraph_counted=overheads.graphs_counted, kv_pool_bytes=int(pool),
         kv_bytes_per_token=kv_bytes_per_token(model, s.kv_cache_dtype), kv_bytes_per_token_per_gpu=per_token_gpu,
         block_size=s.block_size, num_blocks=int(blocks), kv_capacity_tokens=int(blocks * s.block_size),
-        max_model_len=s.max_model_len, blocks_per_max_len_request=int(per_request),
+        max_model_len=s.max_model_len, blocks_per_max_len_request=per_request,
         max_concurrency=blocks / per_request if per_request else 0.0,
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
         overheads_source=overheads.source, gpu_blocks=int(fits))

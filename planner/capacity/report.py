@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.capacity.concurrency import FitCheck, fit_check, trace_concurrency
+from planner.capacity.concurrency import FitCheck, fit_check, trace_concurrency, with_context
 from planner.capacity.memory import MemoryPlan, seed_pool_sequences
 from planner.capacity.padding import expected_useful_fraction
 from planner.capacity.preemption import preemption_cost
@@ -134,7 +134,7 @@ def capacity_report(scenario: Scenario, lengths: tuple[np.ndarray, np.ndarray] |
     """
     plan = scenario.memory
     contexts = [c for c in (512 * 2**i for i in range(12)) if c <= scenario.model.max_position]
-    curve = [{"max_model_len": c, "max_concurrency": scenario.replace(max_model_len=c).memory.max_concurrency}
+    curve = [{"max_model_len": c, "max_concurrency": with_context(scenario, c).memory.max_concurrency}
              for c in contexts]
     sections: dict = {"fit_check": fit_check(scenario, *fit) if fit is not None else None}
     if lengths is not None:

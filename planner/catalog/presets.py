@@ -305,6 +305,14 @@ def preset_name(ref: str) -> str | None:
     return key if key in _PRESETS else _BY_HF_ID.get(key)
 
 
+def model_ref(spec: ModelSpec) -> str:
+    """What ``--model`` takes to rebuild ``spec``: its preset's name, else the config.json it was read from, in a
+    folder of its name (:func:`load_config` names a model after its folder). The bare name of a model read from a
+    file was refused as unknown, or, where the folder bore a preset's name, rebuilt that preset instead."""
+    key = preset_name(spec.name)
+    return spec.name if key is not None and get_model(key) == spec else f"{spec.name}/config.json"
+
+
 def get_model(ref: str) -> ModelSpec:
     """A preset by name, by its Hugging Face id (``Qwen/Qwen3-14B``) or by the id of one of its
     :data:`FINE_TUNES` (``meta-llama/Llama-3.1-8B-Instruct``); or a model read from a path to a ``config.json``."""

@@ -187,13 +187,13 @@ def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptio
     """A shell-quoted ``report`` command that rebuilds the report: the trace by its content-hash id, the scenario's
     flags (:meth:`Scenario.cli_args`) and the search's."""
     parts = ["python -m planner report", trace_id, *map(shlex.quote, scenario.cli_args()),
-             f"--headroom {options.headroom:g}"]
+             f"--headroom {options.headroom!r}"]
     if options.tp_options:
         parts.append(f"--tp-search {','.join(map(str, options.tp_options))}")
     if options.router:
         parts.append(f"--router {options.router}")
-    parts += [f"--max-queue-s {options.max_queue_s:g}", f"--resamples {options.resamples}",
-              f"--growth {options.growth:g}"]
+    parts += [f"--max-queue-s {options.max_queue_s!r}", f"--resamples {options.resamples}",
+              f"--growth {options.growth!r}"]
     if options.max_new_tokens_options:
         parts.append(f"--max-new-tokens-options {shlex.quote(','.join(options.max_new_tokens_options))}")
     if options.shared_prefix:
