@@ -100,7 +100,7 @@ def test_parse_slo():
     both = parse_slo("chat:ttft<200, tpot<50 @ 90%")
     assert both == SLOClass("chat", bounds=(("ttft", 200.0), ("tpot", 50.0)), share=0.9)
     assert both.as_dict() == {"ttft_ms": 200.0, "tpot_ms": 50.0, "attainment": 0.9}
-    assert parse_slo("x:e2e<9000@0.95").share == 0.95
+    assert parse_slo("x:e2e<9000@0.95").share == 0.95 and parse_slo("x:e2e<9000@90").share == 0.9
     with pytest.raises(Exception, match="between 0 and 100%"):
         parse_slo("x:ttft<200@100%")
     with pytest.raises(Exception, match="NAME:METRIC<VALUE"):
@@ -293,6 +293,12 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     # TensorRT-LLM quantizes no weights online: FP8 needs an FP8 checkpoint, where vLLM and TGI take a flag
     assert fp8.endswith("  # serve an FP8 checkpoint of this model (ModelOpt, …): the plan assumes its weights")
     assert args("tgi", weight_dtype="fp8")["launch_command"].endswith("--quantize fp8")
+    # what the plan assumes and no flag sets is said: an output cap clients must keep, the seeds' what-ifs
+    assert args(max_new_tokens=256)["launch_command"].endswith(
+        "--max-model-len 8192  # the plan caps outputs at 256 tokens: clients must ask max_tokens <= 256")
+    assert args(priority="shortest-predicted", max_new_tokens=256)["vllm_args"].endswith(
+        "max_tokens <= 256; the plan's predicted-length scheduling is the planner's what-if: the server admits first "
+        "come, first served")
     assert args(weight_dtype="fp8")["launch_command"].endswith("--quantization fp8 --max-model-len 8192")
     # TGI's KV budget is gpu_memory_utilization's, through its wiggle room (its default moved between releases)
     assert args("tgi", gpu_memory_utilization=0.85)["launch_command"].startswith(
@@ -395,6 +401,13 @@ def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):
     # the share is what binds: at twice the rate it is missed
     faster = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / (2 * scale)), cfg)
     assert attainment(faster, slo.bounds) < 0.9
+    # prompts past max_model_len, refused whatever the settings, are no misses of the class (as `holds` reads them)
+    mixed = synthetic("requests=300,input=uniform:100:1500,output=uniform:64:256,qps=2,seed=3")
+    short = simulate(mixed, Scenario(MODEL, GPU, max_model_len=1024))
+    assert 0 < short.too_long.sum() < mixed.n and attainment(short, ()) == 1.0
+    fits = ~short.too_long
+    assert attainment(short, slo.bounds) == pytest.approx(
+        ((short.ttft_s * 1e3 <= 1000) & (np.isnan(short.tpot_s) | (short.tpot_s * 1e3 <= 40)))[fits].mean())
 
 
 def test_the_search_refines_halfway_to_the_winners_neighbours(seed_rows):

@@ -74,9 +74,11 @@ def parse_slo(text: str) -> SLOClass:
         return SLOClass(bare.group(1))
     share = re.fullmatch(rf"\s*([\w.-]+)\s*:\s*({_BOUND}(?:\s*,\s*{_BOUND})*)\s*@\s*([0-9.]+)\s*(%?)\s*", text)
     if share:
-        value = float(share.group(share.lastindex - 1)) / (100 if share.group(share.lastindex) else 1)
+        value = float(share.group(share.lastindex - 1))
+        value /= 100 if share.group(share.lastindex) or value > 1 else 1      # @90 is 90%, as @90% and @0.9 are
         if not 0 < value < 1:
-            raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100%")
+            raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100% (such as @90% "
+                               "or @0.9)")
         bounds = tuple((m, _limit_ms(text, v)) for m, v in re.findall(_BOUND, share.group(2)))
         return SLOClass(share.group(1), bounds=bounds, share=value)
     match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
@@ -104,12 +106,15 @@ def _limit_ms(text: str, value: str) -> float:
 
 def attainment(result: SimResult, bounds: tuple[tuple[str, float], ...]) -> float:
     """Share of the requests that completed within every bound (a request with no TPOT, one output token, meets
-    any TPOT bound; a rejected or unfinished one meets none)."""
+    any TPOT bound; one rejected for the KV pool, or unfinished, meets none). Prompts past ``max_model_len`` are
+    left out, as :func:`holds` leaves them: the API server refuses them whatever the settings, and counted as
+    misses they made a 95% class infeasible on every configuration where 5% of the prompts were too long."""
     ok = np.isfinite(result.finish) & ~result.rejected
     for metric, limit_ms in bounds:
         values = {"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s}[metric] * 1e3
         ok &= np.isnan(values) | (values <= limit_ms) if metric == "tpot" else values <= limit_ms
-    return float(ok.mean()) if ok.size else 0.0
+    fits = ~result.too_long
+    return float(ok[fits].mean()) if fits.any() else 0.0
 
 
 def slo_load(result: SimResult, slo: SLOClass) -> float:

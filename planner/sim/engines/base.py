@@ -179,16 +179,25 @@ def vllm_scenario_flags(scenario: Scenario) -> list[str]:
     return parts
 
 
-def checkpoint_note(scenario: Scenario, online: tuple[str, ...] = ("fp8",)) -> str:
-    """A trailing shell comment where the plan's weights need a checkpoint other than the model's own: an engine
-    takes INT8 or INT4 weights from a quantized checkpoint (AWQ, GPTQ, …), not from a flag ("" otherwise).
-    ``online``: the weight dtypes the engine quantizes a 16-bit checkpoint to by a flag (vLLM's and TGI's FP8;
-    TensorRT-LLM's PyTorch backend has none and reads FP8 from a ModelOpt checkpoint)."""
+def plan_note(scenario: Scenario, online: tuple[str, ...] = ("fp8",)) -> str:
+    """A trailing shell comment on what the plan assumes and no flag of the command sets ("" when nothing): weights
+    from a checkpoint other than the model's own (an engine takes INT8 or INT4 weights from a quantized checkpoint,
+    AWQ, GPTQ, …; ``online``: the dtypes it quantizes a 16-bit checkpoint to by a flag, vLLM's and TGI's FP8, where
+    TensorRT-LLM's PyTorch backend reads FP8 from a ModelOpt checkpoint); outputs capped at ``max_new_tokens``, which
+    servers take from each request's ``max_tokens``; and the seeds' predicted-length scheduling, the planner's
+    what-if, where the servers admit first come, first served."""
+    notes = []
     wanted = scenario.weight_dtype
     if wanted in ("int8", "int4", "fp8") and wanted not in online and wanted != scenario.model.weight_dtype:
         tools = "ModelOpt" if wanted == "fp8" else "AWQ, GPTQ"
-        return f"  # serve an {wanted.upper()} checkpoint of this model ({tools}, …): the plan assumes its weights"
-    return ""
+        notes.append(f"serve an {wanted.upper()} checkpoint of this model ({tools}, …): the plan assumes its weights")
+    if scenario.max_new_tokens is not None:
+        notes.append(f"the plan caps outputs at {scenario.max_new_tokens:,} tokens: clients must ask max_tokens "
+                     f"<= {scenario.max_new_tokens}")
+    if scenario.reserve_quantile is not None or scenario.priority != "fcfs":
+        notes.append("the plan's predicted-length scheduling is the planner's what-if: the server admits first come, "
+                     "first served")
+    return "  # " + "; ".join(notes) if notes else ""
 
 
 def reservation_limit(prompt: np.ndarray, settings: EngineSettings) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, checkpoint_note,
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, plan_note,
                                       reservation_limit)
 from planner.sim.kernel import RESERVE_CHUNKED, simulate_kernel
 
@@ -33,7 +33,7 @@ def launch_args(config: dict, scenario) -> str:
         parts.append(f"--kv-cache-dtype {'fp8_e5m2' if scenario.kv_cache_dtype == 'fp8_e5m2' else 'fp8_e4m3fn'}")
     if scenario.weight_dtype == "fp8" and scenario.model.weight_dtype != "fp8":
         parts.append("--quantize fp8")
-    return " ".join(parts) + checkpoint_note(scenario)
+    return " ".join(parts) + plan_note(scenario)
 
 
 def launch_prefix(config: dict, scenario) -> str:

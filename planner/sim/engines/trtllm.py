@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, checkpoint_note,
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, plan_note,
                                       reservation_limit)
 from planner.sim.kernel import RESERVE_MAX, simulate_kernel
 
@@ -46,7 +46,7 @@ def launch_args(config: dict, scenario) -> str:
     if scenario.tp > 1:
         parts.append(f"--tp_size {scenario.tp}")
     parts.append(f"--extra_llm_api_options {OPTIONS_FILE}")
-    return " ".join(parts) + checkpoint_note(scenario, online=())
+    return " ".join(parts) + plan_note(scenario, online=())
 
 
 def launch_prefix(config: dict, scenario) -> str:

@@ -4,7 +4,7 @@ import numba
 import numpy as np
 
 from planner.sim.cost_model import step_seconds
-from planner.sim.engines.base import Engine, EngineSettings, RawRun, checkpoint_note, vllm_scenario_flags
+from planner.sim.engines.base import Engine, EngineSettings, RawRun, plan_note, vllm_scenario_flags
 from planner.sim.kernel import enqueue_arrivals, log_step
 
 # vLLM V0 (0.6) turns chunked prefill on by itself for a max_model_len above 32K unless told not to
@@ -157,7 +157,7 @@ def launch_args(config: dict, scenario) -> str:
     if scenario.max_model_len > V0_CHUNKS_ABOVE:
         parts.append("--enable-chunked-prefill False")      # 0.6-0.8 (StoreBoolean); 0.9 on takes no value
         spelling = "  # vLLM 0.9-0.10: --no-enable-chunked-prefill"
-    return " ".join(parts + vllm_scenario_flags(scenario)) + checkpoint_note(scenario) + spelling
+    return " ".join(parts + vllm_scenario_flags(scenario)) + plan_note(scenario) + spelling
 
 
 ENGINE = Engine("vllm-v0", "vLLM V0 (historical)",

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, checkpoint_note,
+from planner.sim.engines.base import (ONE_REPLICA, Engine, EngineSettings, FleetSpec, RawRun, plan_note,
                                       reservation_limit, vllm_scenario_flags)
 from planner.sim.kernel import LAZY, RESERVE_MAX, simulate_kernel
 from planner.sim.prediction import predicted_lengths
@@ -39,7 +39,7 @@ def launch_args(config: dict, scenario) -> str:
         parts.append("--no-enable-prefix-caching")
     if scenario.async_scheduling != scenario.release.async_scheduling:      # the release's own default needs no flag
         parts.append("--async-scheduling" if scenario.async_scheduling else "--no-async-scheduling")
-    return " ".join(parts + vllm_scenario_flags(scenario)) + checkpoint_note(scenario)
+    return " ".join(parts + vllm_scenario_flags(scenario)) + plan_note(scenario)
 
 
 ENGINE = Engine("vllm-v1", "vLLM V1", "One token budget (max_num_batched_tokens) per step: running requests first "
