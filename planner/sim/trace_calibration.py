@@ -85,7 +85,8 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
         raise PlannerError(f"the trace's first {1 - holdout:.0%} of arrivals hold {sides[0]:,} requests with a "
                            f"measured TTFT or TPOT and the last {holdout:.0%} {sides[1]:,}: a held-out split needs "
                            "at least 10 on each side (change --holdout, or calibrate on a trace timed throughout)")
-    _refuse_rejected(simulate(workload, scenario), scenario, ttft_s, tpot_s)     # the held-out part's too
+    unfitted = simulate(workload, scenario)
+    _refuse_rejected(unfitted, scenario, ttft_s, tpot_s)     # the held-out part's too
     part = workload.subset(head)
     report = fit_trace(scenario, part, ttft_s[head], tpot_s[head],
                        progress=lambda fraction, message: say(0.9 * fraction, message))
@@ -99,7 +100,7 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
                         "median_abs_error": float(np.median(np.abs(errors))) if errors else None,
                         "bias": float(np.median(errors)) if errors else None}
     fitted_error = report["in_sample"]["median_abs_error"]
-    check_followed(fitted_error, lambda: _over_defaults(scenario, workload, head, ttft_s, tpot_s),
+    check_followed(fitted_error, lambda: _over_defaults(unfitted, head, ttft_s, tpot_s),
                    "the TTFT and TPOT of the requests it was fitted to", "ttft_ms and tpot_ms in milliseconds, "
                    "the server's own time (no client or network time), measured on the scenario's server (model, "
                    "GPU, TP, dtypes) at its limits")
@@ -122,12 +123,9 @@ def fit_trace_held_out(scenario: Scenario, workload, ttft_s: np.ndarray, tpot_s:
     return report
 
 
-def _over_defaults(scenario: Scenario, workload, head: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
-    """The fitted part's measured TTFT and TPOT statistics over what the scenario's own cost model predicts (the
-    median ratio): how far off the data are before any fit."""
-    from planner.sim.run import simulate
-
-    result = simulate(workload, scenario)
+def _over_defaults(result, head: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray) -> float:
+    """The fitted part's measured TTFT and TPOT statistics over what the scenario's own cost model predicts in
+    ``result``, its replay of the whole trace (the median ratio): how far off the data are before any fit."""
     rows = latency_errors(result.ttft_s[head], result.tpot_s[head], ttft_s[head], tpot_s[head])
     return float(np.nanmedian([r["measured_ms"] / r["predicted_ms"] for r in rows]))
 
