@@ -222,3 +222,12 @@ def test_a_whole_prompt_server_gets_its_concurrency_curve_and_fit_check():
     longest = whole.replace(max_model_len=8192, max_num_batched_tokens=8192).memory.max_concurrency
     assert curve[8192] == longest and curve[4096] == whole.memory.max_concurrency
     assert fit_check(whole, 4, 8192).tried[0]["sequences_fit"] > 4
+
+
+def test_the_fit_check_counts_a_sliding_window_as_vllm_does():
+    # Mistral-7B holds only its 4,096-token window (plus a step's tokens) per layer: 385 blocks a 32k sequence,
+    # not the 2,048 of the whole context
+    mistral = Scenario(get_model("mistral-7b"), get_gpu("a100-80gb-sxm"), max_model_len=32768)
+    first = fit_check(mistral, 1, 32768).tried[0]
+    assert first["tp"] == 1 and first["sequences_fit"] == int(mistral.memory.max_concurrency)
+    assert first["sequences_fit"] == mistral.memory.num_blocks // 385 > mistral.memory.num_blocks // 2048

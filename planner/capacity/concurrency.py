@@ -75,8 +75,8 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
         overheads = (replace(scenario.overheads, weights_bytes=math.ceil(weights * scenario.tp / tp))
                      if weights is not None else scenario.overheads)
         plan = with_context(scenario, tokens, tp=tp, overheads=overheads).memory
-        blocks_each = math.ceil(tokens / plan.block_size)
-        fit = plan.num_blocks // blocks_each
+        # what vLLM's concurrency line counts, a sliding-window layer holding only its window
+        fit = int(plan.num_blocks // plan.blocks_per_max_len_request)
         if plan.kv_pool_bytes <= 0:
             reason = (f"weights {plan.weights_bytes_per_gpu / GiB:.1f} GiB per GPU plus overheads "
                       f"{(plan.activation_bytes + plan.non_torch_bytes) / GiB:.1f} GiB exceed the "
