@@ -303,6 +303,10 @@ def test_launch_commands_carry_what_each_engine_needs_to_run_the_plan():
     # TGI's KV budget is gpu_memory_utilization's, through its wiggle room (its default moved between releases)
     assert args("tgi", gpu_memory_utilization=0.85)["launch_command"].startswith(
         "TGI_WIGGLE_ROOM=0.85 text-generation-launcher ")
+    # written exactly, as the reproduce flags are: six digits can move a pool by a block
+    odd = 0.8503501750875437
+    assert "--gpu-memory-utilization 0.8503501750875437 " in args(gpu_memory_utilization=odd)["launch_command"]
+    assert args("tgi", gpu_memory_utilization=odd)["launch_command"].startswith(f"TGI_WIGGLE_ROOM={odd!r} ")
     assert args("tgi", kv_cache_dtype="fp8_e5m2")["launch_command"].endswith("--kv-cache-dtype fp8_e5m2")
     assert args("tgi", kv_cache_dtype="fp8")["launch_command"].endswith("--kv-cache-dtype fp8_e4m3fn")
 

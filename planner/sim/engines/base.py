@@ -165,7 +165,7 @@ def vllm_scenario_flags(scenario: Scenario) -> list[str]:
     parts = []
     if scenario.tp > 1:
         parts.append(f"--tensor-parallel-size {scenario.tp}")
-    parts.append(f"--gpu-memory-utilization {scenario.gpu_memory_utilization:g}")
+    parts.append(f"--gpu-memory-utilization {scenario.gpu_memory_utilization!r}")
     kv = scenario.kv_cache_dtype
     if kv != "auto" and not (kv in VLLM_KV_DTYPE and kv == scenario.weight_dtype):     # a 16-bit cache as the
         parts.append(f"--kv-cache-dtype {VLLM_KV_DTYPE.get(kv, kv)}")                  # weights is the default

@@ -42,7 +42,7 @@ def launch_prefix(config: dict, scenario) -> str:
     fraction`` of the GPU (``flash_causal_lm.py``, ``warmup``), which is ``gpu_memory_utilization``'s budget with
     the fraction at its default 1; its default moved (0.95 to 3.0, 0.93 in 3.1, 0.90 from 3.3), so the plan's is
     written out. ``PREFILL_CHUNKING=0``: TGI chunks prompts wherever the model's attention allows."""
-    env = f"TGI_WIGGLE_ROOM={scenario.gpu_memory_utilization:g} "
+    env = f"TGI_WIGGLE_ROOM={scenario.gpu_memory_utilization!r} "
     return env if config["enable_chunked_prefill"] else env + "PREFILL_CHUNKING=0 "
 
 

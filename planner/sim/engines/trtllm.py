@@ -57,7 +57,7 @@ def launch_prefix(config: dict, scenario) -> str:
     ``kv_cache_config`` replaces the flags' whole); and an FP8 cache (``dtype``), which no flag sets (its FP8 is
     e4m3; an e5m2 plan needs the same bytes)."""
     lines = ["kv_cache_config:", f"  max_tokens: {pool_blocks(scenario.settings) * TOKENS_PER_BLOCK}",
-             f"  free_gpu_memory_fraction: {scenario.gpu_memory_utilization:g}"]
+             f"  free_gpu_memory_fraction: {scenario.gpu_memory_utilization!r}"]
     if scenario.kv_cache_dtype.startswith("fp8"):
         lines.append("  dtype: fp8")
     return "printf '" + "\\n".join(lines) + f"\\n' > {OPTIONS_FILE} && "
