@@ -55,6 +55,12 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
     assert {"workload", "memory", "simulation", "recommendations", "assumptions", "charts"} <= body.keys()
     assert body["trace"]["content_sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     assert body["workload"]["stats"]["rows"] == 240 and body["simulation"]["completed"] == 240
+    # the arrival fit counts what it fitted, the gaps, as the `fit` CLI object does
+    from planner.workload.fits import fit_report
+
+    arrival_fit = body["workload"]["arrivals"]["fit"]
+    assert arrival_fit["n"] == fit_report(con, report.trace["trace_id"], "interarrival")["n"] == 239
+    assert arrival_fit["arrivals"] == 240
     svgs = chart_svgs(body["charts"])
     page, md = to_html(report, svgs), to_markdown(report)
     for key, title in SECTIONS:

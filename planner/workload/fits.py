@@ -54,7 +54,7 @@ def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap:
         if arrivals.n < 3:
             raise PlannerError(f"trace {info.name!r} has fewer than three arrivals; nothing to fit")
         summary = arrival_fit_dict(arrivals)
-        out = {"field": fld, "n": arrivals.n - 1, "best": summary["best"], "censored_at": None,
+        out = {"field": fld, "n": summary["n"], "best": summary["best"], "censored_at": None,
                "censored_fraction": 0.0, "empirical_quantiles": summary["empirical_quantiles"],
                "candidates": summary["candidates"]}
         out.update({k: summary[k] for k in ("cv", "poisson_consistent", "poisson_test", "quantized", "quantum_s",
@@ -83,8 +83,9 @@ def arrival_overview(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> d
 
 
 def arrival_fit_dict(arrivals: ArrivalFit) -> dict:
-    """JSON-ready summary of an :class:`ArrivalFit` (fit candidates without their scipy objects)."""
-    return {"n": arrivals.n, "cv": arrivals.cv, "tie_fraction": arrivals.tie_fraction,
+    """JSON-ready summary of an :class:`ArrivalFit` (fit candidates without their scipy objects); ``n`` counts the
+    gaps fitted, one fewer than the ``arrivals``, as the ``fit`` CLI object counts them."""
+    return {"n": arrivals.n - 1, "arrivals": arrivals.n, "cv": arrivals.cv, "tie_fraction": arrivals.tie_fraction,
             "quantized": arrivals.quantized, "quantum_s": arrivals.quantum_s,
             "poisson_test": arrivals.poisson.__dict__ if arrivals.poisson else None,
             "poisson_consistent": bool(arrivals.poisson.consistent) if arrivals.poisson else None,
