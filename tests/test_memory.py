@@ -162,6 +162,21 @@ def test_seed_capacity_arithmetic_brackets_its_quoted_numbers():
     assert seed_pool_sequences(80, 0.9, 16, 131_072, 4096) == pytest.approx(112.0)
 
 
+def test_the_seed_views_vllm_column_is_vllms_own_concurrency_line():
+    # Mistral-7B slides a 4,096-token window: at 8K vLLM holds it and a step (385 blocks at a 2,048 budget), not 512
+    from planner.capacity.report import capacity_report
+
+    report = capacity_report(Scenario(get_model("mistral-7b"), get_gpu("a100-80gb-sxm"), max_model_len=4096,
+                                      max_num_batched_tokens=2048))
+    curve = {row["max_model_len"]: row["max_concurrency"] for row in report.concurrency_curve}
+    rows = {row["context"]: row for row in report.seed["rows"]}
+    plan = report.plan
+    assert rows[8192]["vllm"] == curve[8192] == pytest.approx(plan.num_blocks / 385)
+    assert rows[4096]["vllm"] == curve[4096] == pytest.approx(plan.num_blocks / 257)
+    # the seed's arithmetic ignores the window: at twice the context, half the sequences
+    assert rows[8192]["seed_binary"] == pytest.approx(rows[4096]["seed_binary"] / 2)
+
+
 def test_catalogs_name_what_the_contract_names():
     assert set(GPUS) >= {"a100-40gb-sxm", "a100-80gb-sxm", "a100-40gb-pcie", "a100-80gb-pcie", "h100-sxm",
                          "h100-pcie", "h200", "l40s", "l4", "a10g", "mi300x"}

@@ -70,7 +70,10 @@ def seed_view(scenario: Scenario) -> dict:
                                                         context, binary=True),
                      "seed_decimal": seed_pool_sequences(total_gb, utilization, weights_gb, plan.kv_bytes_per_token,
                                                          context, binary=False),
-                     "vllm": plan.num_blocks / -(-context // plan.block_size)})
+                     # vLLM's own line at that context (sliding windows held to their window), past the model's
+                     # positions a context it refuses
+                     "vllm": with_context(scenario, context).memory.max_concurrency
+                     if context <= scenario.model.max_position else None})
     return {"formula": "(nominal GB × util − weights) / (KV per token × context); no activation, non-torch or "
                        "CUDA-graph memory; GB read as GiB (binary) or 10^9 B (decimal)",
             "pool_gb": total_gb * utilization - weights_gb, "rows": rows}
