@@ -49,6 +49,19 @@ def test_length_only_and_vidur(con, tmp_path):
     assert canonical_rows(con, v.trace_id) == [(1, 0.0, 5, 6), (2, 0.25, 7, 8)]
 
 
+@pytest.mark.parametrize("name, body", [
+    ("errors.csv", "timestamp,input_tokens,output_tokens,error\n1,100,5,False\n2,200,6,0\n3,300,7,True\n"
+                   "4,400,8,\n5,500,9,CUDA out of memory\n"),
+    ("errors.jsonl", "".join(json.dumps({"timestamp": t, "input_tokens": 100, "output_tokens": 5, "error": e}) + "\n"
+                             for t, e in ((1, False), (2, None), (3, True), (4, ""), (5, "timeout")))),
+])
+def test_an_error_column_of_false_or_zero_marks_no_failure(con, tmp_path, name, body):
+    # an `error` column fails a request by holding an error, not by holding a value: False, 0 and "" are none
+    r = ingest_file(con, write(tmp_path / name, body))
+    failed = [f for (f,) in canonical_rows(con, r.trace_id, "failed")]
+    assert failed == [False, False, True, False, True] and r.failed == 2
+
+
 def bench_result(rate) -> dict:
     return {"backend": "vllm", "request_rate": rate, "completed": 2, "input_lens": [100, 200],
             "output_lens": [3, 0], "ttfts": [0.1, 0.3], "itls": [[0.02, 0.04], []], "errors": ["", "timeout"]}
