@@ -464,6 +464,41 @@ def test_one_bad_csv_line_is_one_reject(tmp_path, con):
     assert (result.rows, result.rejected) == (497, 3)
 
 
+def csv_with_line(n_rows: int, at: int, line: bytes) -> bytes:
+    rows = [b"timestamp,input_tokens,output_tokens,model"] + [f"{i},{100 + i},5,m".encode() for i in range(n_rows)]
+    rows[at] = line
+    return b"\n".join(rows) + b"\n"
+
+
+@pytest.mark.parametrize("n_rows, at, line, rows, reason", [
+    # a 3 MB prompt logged in one line: DuckDB's 2 MB line limit refused the whole file, naming line 1
+    (50, 31, b"30,130,5," + b"x" * 3_000_000, 50, None),
+    # an unterminated quote: the sniffer and then the reader failed the file; the quote runs to the end of the
+    # file, and the lines it swallowed stay in the one reject's text
+    (5, 3, b'2,"300,7,m', 2, "unterminated quote"),
+    # a byte that is not UTF-8 in the first 64 KiB read as "binary", past it as a failed sniff
+    (100, 51, b"50,150,5,caf\xe9", 99, "unicode"),
+    (20_000, 15_001, b"15000,15100,5,caf\xe9", 19_999, "unicode"),
+])
+def test_one_broken_csv_line_never_refuses_the_file(tmp_path, con, n_rows, at, line, rows, reason):
+    path = tmp_path / "broken.csv"
+    path.write_bytes(csv_with_line(n_rows, at, line))
+    result = ingest_file(con, path)
+    assert result.rows == rows and result.rejected == (1 if reason else 0)
+    if reason:
+        ((row, raw, why),) = store.rejects_of(con, result.trace_id)
+        assert row == at and reason in why.lower()
+        swallowed = n_rows - rows - 1           # the lines after it that an open quote took in
+        assert all(f"{i},{100 + i},5,m" in raw for i in range(at, at + swallowed))
+
+
+def test_a_rejected_csv_rows_raw_text_keeps_its_quotes(tmp_path, con):
+    body = 'timestamp,input_tokens,output_tokens,model\n1,100,5,a\n7,"1,000",5,"say ""hi"""\n'
+    result = ingest_file(con, write(tmp_path / "quoted.csv", body))
+    assert store.rejects_of(con, result.trace_id) == [
+        (2, '7,"1,000",5,"say ""hi"""', "input_tokens (column 'input_tokens'): 1,000 is not a number")]
+
+
 def test_identical_bytes_stored_again_add_nothing_to_the_store_file(tmp_path, monkeypatch):
     monkeypatch.setattr(content_hash, "BACKGROUND_FROM_BYTES", 0)     # the large-file path: hash beside the load
     body = "timestamp,input_tokens,output_tokens\n" + "".join(f"{i},{i % 977 + 1},{i % 61 + 1}\n"

@@ -9,13 +9,12 @@ from pathlib import Path
 import duckdb
 
 from planner.errors import PlannerError
-from planner.traces.sources import JSON_SAMPLE, Source, files_sql, read_error, sql_str, walk_column
+from planner.traces.sources import JSON_SAMPLE, MAX_LINE_BYTES, Source, files_sql, read_error, sql_str, walk_column
 from planner.traces.store import quote_ident
 
 # a JSON Lines file is read as one text column per line, split on a byte valid JSON never holds raw (control
 # characters are escaped inside strings): every line, parseable or not, becomes one row and one verdict
 _UNIT_SEPARATOR = "\x1f"
-_MAX_LINE_BYTES = 64 << 20
 _NOT_OBJECT = ("json_type(__raw) <> 'OBJECT' THEN 'a JSON ' || CASE json_type(__raw) WHEN 'VARCHAR' THEN 'string' "
                "WHEN 'ARRAY' THEN 'array' WHEN 'NULL' THEN 'null' WHEN 'BOOLEAN' THEN 'boolean' ELSE 'number' END || "
                "', not a request object'")
@@ -37,13 +36,13 @@ def json_records(con: duckdb.DuckDBPyConnection, paths: list[Path], fmt: str, co
         rejects = f"{rejects_name}_rejects"
         base = (f"(SELECT column0 AS __raw{file_index} FROM read_csv({p}, columns={{'column0': 'VARCHAR'}}, "
                 f"header=false, auto_detect=false, delim={sql_str(_UNIT_SEPARATOR)}, quote='', escape='', "
-                f"compression={comp}, max_line_size={_MAX_LINE_BYTES}, store_rejects=true, "
+                f"compression={comp}, max_line_size={MAX_LINE_BYTES}, store_rejects=true, "
                 f"rejects_table={sql_str(rejects)}, rejects_scan={sql_str(rejects_name + '_scans')}) "
                 "WHERE column0 IS NOT NULL AND trim(column0) <> '')")
         error = f"CASE WHEN NOT json_valid(__raw) THEN 'not valid JSON' WHEN {_NOT_OBJECT} END"
     else:
         base = (f"(SELECT CAST(json AS VARCHAR) AS __raw{file_index} FROM read_json_objects({p}, format='auto', "
-                f"compression={comp}, maximum_object_size={_MAX_LINE_BYTES}))")
+                f"compression={comp}, maximum_object_size={MAX_LINE_BYTES}))")
         error = f"CASE WHEN {_NOT_OBJECT} END"
     checked = f"(SELECT *, {error} AS __json_error FROM {base})"
     try:

@@ -24,6 +24,9 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _PARQUET_MAGIC = b"PAR1"
 JSON_SAMPLE = 20_480        # objects a JSON reader types its columns from (DuckDB's sample_size)
+# the longest line a reader takes (DuckDB's default is 2 MB): a logged prompt of a few MB is one request, not a
+# reason to refuse the file
+MAX_LINE_BYTES = 64 << 20
 
 
 def sql_str(value: str) -> str:
@@ -79,9 +82,16 @@ class Source:
         if self.row_error:
             return "__raw"
         if self.format in ("csv", "tsv"):
-            delim = sql_str(self.dialect.delimiter if self.dialect else ",")
-            parts = ", ".join(f"coalesce(CAST({expr} AS VARCHAR), '')" for expr in self.columns.values())
-            return f"concat_ws({delim}, {parts})"
+            dialect = self.dialect or Dialect()
+            delim, quote = sql_str(dialect.delimiter), sql_str(dialect.quote)
+            # a cell holding the delimiter, a quote or a line break is quoted again, as the file had it: `7,"1,000",5`
+            # read back as `7,1,000,5` looked like four columns
+            def cell(expr: str) -> str:
+                v = f"coalesce(CAST({expr} AS VARCHAR), '')"
+                special = " OR ".join(f"contains({v}, {c})" for c in (delim, quote, "chr(10)", "chr(13)"))
+                quoted = f"{quote} || replace({v}, {quote}, {quote} || {quote}) || {quote}"
+                return f"CASE WHEN {special} THEN {quoted} ELSE {v} END"
+            return f"concat_ws({delim}, {', '.join(cell(expr) for expr in self.columns.values())})"
         pairs = ", ".join(f"{sql_str(name)}: {expr}" for name, expr in self.columns.items())
         return f"CAST(to_json({{{pairs}}}) AS VARCHAR)"
 
@@ -114,13 +124,9 @@ def read_head(path: Path) -> tuple[str, bytes]:
 
 
 def _looks_binary(head: bytes) -> bool:
-    if b"\x00" in head:
-        return True
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return exc.start < len(head) - 4  # a multi-byte character cut by the head boundary is fine
-    return False
+    # NUL never occurs in text; a byte that is not UTF-8 does (one Latin-1 "café" in a log): DuckDB's readers read
+    # or reject such a row, the rest of the file is still a trace
+    return b"\x00" in head
 
 
 def detect_format(path: Path, compression: str, head: bytes) -> str:
@@ -197,13 +203,20 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path,
 def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
                   head_text: str) -> Dialect:
     """Sniff a CSV/TSV dialect with DuckDB's sniffer (a TSV extension pins the tab)."""
-    opts = [f"compression={sql_str(compression)}"]
+    opts = [f"compression={sql_str(compression)}", f"max_line_size={MAX_LINE_BYTES}"]
     if fmt == "tsv":
         opts.append("delim='\\t'")
+    header_line = head_text.split("\n", 1)[0]
+    counts = {d: header_line.count(d) for d in _DELIMITERS}
+    best = max(counts, key=counts.get)
     try:
         row = con.sql(f"SELECT Delimiter, Quote, Escape, HasHeader FROM sniff_csv({path_sql(path)}, "
                       + ", ".join(opts) + ")").fetchall()[0]
     except duckdb.Error as exc:
+        # the sniffer reads the whole sample strictly: one broken line (an unterminated quote, a byte that is not
+        # UTF-8) fails it, where the header still names the delimiter and the reader rejects that one line
+        if counts[best]:
+            return Dialect(delimiter="\t" if fmt == "tsv" else best, header=True)
         if compression != "none":
             raise read_error(path, fmt, exc) from None
         raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({first_line(exc)}); expected a delimited "
@@ -212,12 +225,24 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
     # "(empty)" means the sample held no quotes; reading with none would split later quoted fields
     clean = lambda v: '"' if v in (None, "", "(empty)") else v  # noqa: E731
     # DuckDB's sniffer wants consistent rows; a small file with a broken line can fool it into one column.
-    header_line = head_text.split("\n", 1)[0]
-    counts = {d: header_line.count(d) for d in _DELIMITERS}
-    best = max(counts, key=counts.get)
     if counts[best] and counts.get(delim, 0) == 0:
         delim, header = best, True
     return Dialect(delimiter=delim, quote=clean(quote), escape=clean(escape), header=bool(header))
+
+
+def _header_columns(head: bytes, dialect: Dialect) -> str:
+    """A ``columns`` struct of VARCHAR columns named by the header line (``column0``… without a header), for a
+    reader that cannot sniff the file."""
+    import csv
+
+    line = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()[0]
+    cells = next(csv.reader([line], delimiter=dialect.delimiter, quotechar=dialect.quote))
+    names = cells if dialect.header else [f"column{i}" for i in range(len(cells))]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise PlannerError(f"the header repeats the column name {', '.join(map(repr, repeated))}; expected each "
+                           "column named once")
+    return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in names) + "}"
 
 
 def path_sql(path: Path) -> str:
@@ -288,10 +313,17 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
         rejects = f"{rejects_name}_rejects"
         peek = (f"read_csv({p}, all_varchar=true, header={str(dialect.header).lower()}, "
                 f"delim={sql_str(dialect.delimiter)}, quote={sql_str(dialect.quote)}, "
-                f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480")
+                f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480, "
+                f"max_line_size={MAX_LINE_BYTES}")
+        try:
+            columns, _ = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
+        except PlannerError:
+            # the reader's own sniff of the column count failed on a broken line (an unterminated quote): the
+            # header gives the columns, and the broken line becomes a reject
+            peek += f", auto_detect=false, columns={_header_columns(head, dialect)}"
+            columns, _ = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
         reader = (f"{peek}, store_rejects=true, rejects_table={sql_str(rejects)}, "
                   f"rejects_scan={sql_str(rejects_name + '_scans')})")
-        columns, _ = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
         return Source(path, fmt, compression, reader, columns, dialect, rejects, tuple(notes),
                       peek + ", ignore_errors=true)", many)
     if fmt == "parquet":
