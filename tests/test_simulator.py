@@ -60,6 +60,20 @@ def test_async_scheduling_admits_an_arrival_one_step_later(loop):
     assert run[False].first_scheduled[2] == run[True].first_scheduled[2] == 100.0
 
 
+def test_a_preempted_request_back_in_the_queue_does_not_stop_a_search():
+    # five long decodes outgrow 700 blocks, and the last admitted is preempted about 20 s in: it ran, so a search's
+    # bound on waiting (10 s here) must not read it as a request that waited since its arrival
+    arrival, prompt, output = np.array([0, 0, 0, 0, 1e-3]), np.full(5, 64), np.full(5, 3000)
+    whole, bounded = (ENGINES["vllm-v1"].run(arrival, prompt, output, EngineSettings(
+        8, 2048, True, 16, 700, 100_000, abort_wait_s=bound), COEFFS, 1000) for bound in (np.inf, 10.0))
+    assert whole.preemptions.sum() > 0 and np.nanmax(whole.first_scheduled - arrival) < 0.1
+    np.testing.assert_array_equal(bounded.finish, whole.finish)
+    # a request that did wait that long still stops it
+    late = ENGINES["vllm-v1"].run(np.zeros(2), np.full(2, 64), np.full(2, 3000), EngineSettings(
+        1, 2048, True, 16, 700, 100_000, abort_wait_s=10.0), COEFFS, 1000)
+    assert np.isfinite(late.finish).sum() == 0 and np.isnan(late.first_scheduled[1])
+
+
 def small_kv(**changes) -> Scenario:
     base = dict(max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=400, max_model_len=8192)
     return Scenario(MODEL, GPU, **{**base, **changes})
