@@ -74,6 +74,17 @@ def test_a_preempted_request_back_in_the_queue_does_not_stop_a_search():
     assert np.isfinite(late.finish).sum() == 0 and np.isnan(late.first_scheduled[1])
 
 
+@pytest.mark.parametrize("blocks, fails", [(50, True), (100, False)])
+def test_a_v0_request_that_outgrows_the_pool_alone_fails_in_either_preemption_mode(blocks, fails):
+    # 100 + 1,501 tokens need 100 blocks of 16 at the end: on 50 it preempts itself; recompute re-admits it too
+    # long and fails it; swap swapped it out and in at one instant forever (vLLM's _can_swap answers NEVER)
+    for mode in ("recompute", "swap"):
+        cfg = EngineSettings(256, 4096, False, 16, blocks, 4096, preemption=mode, swap_s_per_block=1e-4)
+        run = ENGINES["vllm-v0"].run(np.zeros(1), np.array([100]), np.array([1501]), cfg, COEFFS, 1000)
+        assert bool(run.rejected[0]) is fails and bool(np.isnan(run.finish[0])) is fails
+        assert run.preemptions[0] == (1 if fails else 0)
+
+
 def small_kv(**changes) -> Scenario:
     base = dict(max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=400, max_model_len=8192)
     return Scenario(MODEL, GPU, **{**base, **changes})

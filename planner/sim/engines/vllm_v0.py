@@ -47,6 +47,15 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             r = queue[head]
             if swapped[r]:
                 need = blocks[r]
+                if need > num_blocks - watermark or (tokens[r] + block_size) // block_size > num_blocks:
+                    # it outgrew the pool alone: it cannot swap in (vLLM's _can_swap answers NEVER and fails it), or
+                    # swapped in it cannot take its next token, and it swapped out and in forever at one instant
+                    head = (head + 1) % (n + 1)
+                    size -= 1
+                    swapped[r] = False
+                    rejected[r] = True
+                    done += 1
+                    continue
                 if free - need < watermark:
                     break
                 extra += need * swap_s_per_block
