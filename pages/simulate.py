@@ -78,7 +78,7 @@ show_table(summary.prefix_cache_table(), "sim_prefix_cache")
 if summary.prefix_cache["identity"] is None and summary.prefix_cache["enabled"]:
     st.caption("The prefix cache is on but this workload carries no prefix identity (hash_ids or sessions), so "
                "nothing can hit: declare a shared prefix in the sidebar to see what a system prompt is worth.")
-if summary.per_replica:
+if len(summary.per_replica) > 1:       # one replica's row is the fleet's
     show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")
 show_table(summary.bucket_table(), "sim_buckets")

@@ -7,6 +7,9 @@ from typing import Any
 
 import numpy as np
 
+# CONTRACT.md's percentile block: these quantiles of the data, with its mean and max
+PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+
 
 def clean(obj: Any) -> Any:
     """A JSON-safe copy: numpy scalars and arrays as Python values and lists, tuples and sets as lists, NaN and

@@ -13,9 +13,10 @@ def test_simulate_synthetic_contract(tmp_path):
     obj = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "s.duckdb")
     for key in ("requests", "completed", "preemptions", "duration_s", "sim_wall_s", "saturated"):
         assert key in obj
-    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        assert set(obj[key]) >= {"p50", "p90", "p99"}
-        assert obj[key]["p50"] <= obj[key]["p90"] <= obj[key]["p99"]
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms"):         # CONTRACT.md's percentile block
+        assert set(obj[key]) == {"mean", "p50", "p90", "p95", "p99", "p999", "max"}
+        assert obj[key]["p50"] <= obj[key]["p90"] <= obj[key]["p95"] <= obj[key]["p99"] <= obj[key]["p999"] \
+            <= obj[key]["max"]
     assert obj["requests"] == obj["completed"] == 300
     assert obj["throughput_tok_s"]["total"] == pytest.approx(obj["throughput_tok_s"]["input"]
                                                              + obj["throughput_tok_s"]["output"])
@@ -23,7 +24,9 @@ def test_simulate_synthetic_contract(tmp_path):
     again = cli_json("simulate", "--synthetic", SPEC, *BASE, "--max-model-len", "8192", db=tmp_path / "s.duckdb")
     assert again["ttft_ms"] == obj["ttft_ms"]                     # deterministic for a seed
     # CONTRACT.md Additions, a single replica
-    assert obj["replicas"] == 1 and obj["router"] == "least-loaded" and obj["per_replica"] == []
+    assert obj["replicas"] == 1 and obj["router"] == "least-loaded" and len(obj["per_replica"]) == 1
+    (only,) = obj["per_replica"]         # one replica's row is the fleet's
+    assert only["requests"] == 300 and only["ttft_ms"] == obj["ttft_ms"] and only["tpot_ms"] == obj["tpot_ms"]
     assert obj["verdict"] in ("stable", "backlogged", "overloaded")
     assert obj["prefix_cache"] == {"hit_rate": 0.0, "hit_tokens": 0, "prompt_tokens": 300 * 512, "rehit_tokens": 0,
                                    "enabled": True, "identity": None}     # vLLM V1 caches; nothing to reuse

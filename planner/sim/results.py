@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.jsonable import PERCENTILES
 from planner.sim.fleet import ONE, Fleet
 from planner.sim.stability import saturated, verdict
 from planner.sim.workload import SimWorkload
@@ -18,7 +19,6 @@ from planner.tables import Table
 if TYPE_CHECKING:
     from planner.scenario import Scenario
 
-PERCENTILES = {"p50": 50, "p90": 90, "p99": 99}
 BUCKET_EDGES = (512, 2048)
 TIMELINE_POINTS = 2000
 
@@ -126,19 +126,23 @@ class SimResult:
 
 @dataclass(frozen=True)
 class Percentiles:
-    """p50, p90, p99 and the mean of one latency, in ms (None where no request has it)."""
+    """One latency's percentile block in ms (CONTRACT.md's keys; None where no request has it)."""
 
+    mean: float | None
     p50: float | None
     p90: float | None
+    p95: float | None
     p99: float | None
-    mean: float | None
+    p999: float | None
+    max: float | None
 
     @classmethod
     def of(cls, values_s: np.ndarray) -> Percentiles:
         if not np.isfinite(values_s).any():
-            return cls(None, None, None, None)
-        return cls(*(_percentile_ms(values_s, q) for q in PERCENTILES.values()),
-                   float((values_s[np.isfinite(values_s)] * 1e3).mean()))
+            return cls(None, None, None, None, None, None, None)
+        finite_ms = values_s[np.isfinite(values_s)] * 1e3
+        return cls(**{k: _percentile_ms(values_s, q * 100) for k, q in PERCENTILES.items()},
+                   mean=float(finite_ms.mean()), max=float(finite_ms.max()))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -314,9 +318,8 @@ def prefix_cache_stats(result: SimResult, mask: np.ndarray) -> dict:
 
 
 def per_replica(result: SimResult) -> list[ReplicaSummary]:
-    """Each replica's requests and latencies (empty for a single replica, whose figures are the fleet's)."""
-    if result.fleet.replicas == 1:
-        return []
+    """Each replica's requests and latencies (a single replica's one row repeats the fleet's figures: CONTRACT.md's
+    ``per_replica`` holds one row per replica)."""
     out = []
     for k in range(result.fleet.replicas):
         mine = result.replica == k

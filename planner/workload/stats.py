@@ -12,11 +12,11 @@ import math
 
 import duckdb
 
+from planner.jsonable import PERCENTILES
 from planner.traces import store
 from planner.traces.layouts import LATENCY_FIELDS
 from planner.workload.rates import request_rate_rps
 
-PERCENTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 DISPERSION_BINS_S = {"1s": 1.0, "10s": 10.0, "60s": 60.0}
 LENGTH_FIELDS = ("input_tokens", "output_tokens", "total_tokens")
 
