@@ -56,6 +56,10 @@ def test_engine_reservations_follow_their_rules():
     prompt, output = np.array([100.0, 2000.0]), np.array([50.0, 3000.0])
     assert list(POLICIES["vllm-v1"].peak_tokens(prompt, output, 4096, 16)) == [160.0, 5008.0]  # lazy: final length
     assert list(POLICIES["vllm-v1"].peak_tokens(prompt, output, 4096, 32)) == [160.0, 5024.0]  # the scenario's blocks
+    # the last token sampled never enters the KV cache: 16 + 1 tokens hold one block, 16 + 2 two
+    assert list(POLICIES["vllm-v1"].peak_tokens(np.array([16.0, 16.0]), np.array([1.0, 2.0]), 4096, 16)) == [16, 32]
+    # TGI's reservation is its queue's input + max_new_tokens - 1: 16 + 17 tokens in two blocks of 16
+    assert list(POLICIES["tgi"].peak_tokens(np.array([16.0]), np.array([17.0]), 17, 16)) == [32.0]
     assert list(POLICIES["trtllm"].peak_tokens(prompt, output, 512, 16)) == [640.0, 2528.0]    # prompt + max, 32s
     assert list(POLICIES["orca"].peak_tokens(prompt, output, 512, 16)) == [624.0, 2512.0]      # prompt + max
     assert list(POLICIES["tgi"].peak_tokens(prompt, output, 4096, 16)) == [1136.0, 5072.0]     # 1024-token chunks

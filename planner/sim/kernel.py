@@ -27,13 +27,15 @@ TGI_CHUNK = 1024
 @numba.njit(cache=True, nogil=True)
 def reserved_tokens(mode, prompt, generated, max_new):
     """KV tokens a reserving engine holds for a request that has generated ``generated`` tokens: Orca and
-    TensorRT-LLM the prompt plus ``max_new``; TGI the prompt plus the next 1,024-token chunk of output (a longer
-    output is re-queued per chunk). The engines' one admission rule: the loop admits by it and the reservation
-    view (:mod:`planner.capacity.reservation`) applies it to whole traces (its ``py_func`` takes arrays too)."""
+    TensorRT-LLM the prompt plus ``max_new``; TGI the prompt plus the next 1,024-token chunk of output less one (a
+    longer output is re-queued per chunk; ``backends/v3/src/queue.rs``: ``input_length + max_new_tokens +
+    speculate - 1``, the last token needing no KV). The engines' one admission rule: the loop admits by it and
+    the reservation view (:mod:`planner.capacity.reservation`) applies it to whole traces (its ``py_func`` takes
+    arrays too)."""
     if mode == RESERVE_MAX:
         return prompt + max_new
     chunk = TGI_CHUNK * (generated // TGI_CHUNK + 1)
-    return prompt + np.minimum(max_new, chunk)
+    return prompt + np.minimum(max_new, chunk) - 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -141,11 +141,11 @@ class Engine:
 
     def peak_tokens(self, prompt: np.ndarray, output: np.ndarray, max_new: float, block_size: int) -> np.ndarray:
         """KV tokens each request holds at its peak under this engine's admission rule, in whole blocks: a lazy
-        engine its final length; a reserving one the reservation in force when its last token is generated."""
+        engine its final length less the last token; a reserving one the reservation in force when its last token is generated."""
         prompt = np.asarray(prompt, dtype=float)
         generated = np.minimum(np.asarray(output, dtype=float), max_new)
         if self.reservation == LAZY:
-            held = prompt + generated
+            held = prompt + np.maximum(generated - 1, 0)      # the last token sampled is never fed back: no KV
         else:
             held = reserved_tokens.py_func(self.reservation, prompt, np.maximum(generated - 1, 0),
                                            np.broadcast_to(float(max_new), prompt.shape))
