@@ -37,7 +37,8 @@ MOONCAKE_BLOCK_TOKENS = 512
 DECLARED_SEED = 0
 SOURCES = {"hash_ids": "hash_ids stored with each request (Mooncake: one id per 512-token prefix block)",
            "sessions": "derived from sessions: each turn extends the previous turn's prompt and answer",
-           "declared": "a declared shared prefix (e.g. a system prompt)"}
+           "declared": "a declared shared prefix (e.g. a system prompt)",
+           "own": "none shared: each request's own blocks, found again after a preemption"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ class PrefixIdentity:
     shared_tokens: np.ndarray    # int64 per request, 0 where parent is −1
     virtual_tokens: np.ndarray   # int64 per virtual sequence
     detail: str = ""             # what the derivation found (links made, lengths that disagreed)
+
+    @classmethod
+    def unshared(cls, n: int) -> PrefixIdentity:
+        """No request shares a token with another: each one's blocks are its own, which a prefix cache still finds
+        again when the request comes back after a preemption (vLLM V1 frees them into the cache)."""
+        return cls("own", np.full(n, -1, np.int64), np.zeros(n, np.int64), np.empty(0, np.int64))
 
     @property
     def n(self) -> int:
