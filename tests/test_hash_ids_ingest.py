@@ -74,6 +74,21 @@ def test_integer_list_column_casts_directly(con, tmp_path):
         (2, COUNT_REASON), (3, "hash_ids (column 'hash_ids'): [1, NULL] is not a list of integer ids")]
 
 
+def test_unsigned_64_bit_hash_ids_are_stored_as_the_same_bits(con, tmp_path):
+    # hash ids are often unsigned 64-bit hashes: past BIGINT's range they were rejected with their requests
+    ids = [[13683554807294777401, 2**63, 535051974151811365], [13683554807294777401, 18446744073709551615]]
+    lines = [{"timestamp": t, "input_length": 512 * len(h), "output_length": 5, "hash_ids": h}
+             for t, h in zip((0, 1000), ids, strict=True)]
+    r = ingest_file(con, jsonl(tmp_path, "hashes.jsonl", lines))
+    assert (r.rows, r.rejected) == (2, 0)
+    assert canonical_rows(con, r.trace_id, "hash_ids") == [
+        ([13683554807294777401 - 2**64, -(2**63), 535051974151811365],), ([13683554807294777401 - 2**64, -1],)]
+    # past 64 bits an id is no hash of ours: that row is refused, not folded onto another id
+    text = "timestamp,input_tokens,output_tokens,hash_ids\n0,512,5,[1]\n1,512,5,[18446744073709551616]\n"
+    wide = ingest_file(con, write(tmp_path / "wide.csv", text))
+    assert (wide.rows, wide.rejected) == (1, 1)
+
+
 def test_float_ids_must_be_whole(con, tmp_path):
     lines = [{"timestamp": 0, "input_length": 1000, "output_length": 1, "hash_ids": [1.0, 2.0]},
              {"timestamp": 1, "input_length": 1000, "output_length": 1, "hash_ids": [1, 2.5]}]
@@ -101,9 +116,10 @@ def test_csv_hash_ids_text_column(con, tmp_path):
     assert canonical_rows(con, r.trace_id, '"row", input_tokens, hash_ids') == [
         (1, 1024, [10, 11]), (2, 0, []), (3, 600, None), (8, 513, [-4, 5])]
     assert store.rejects_of(con, r.trace_id) == [
-        (4, "600,5,[1, 2.5]", "hash_ids (column 'block_hashes'): [1, 2.5] is not a list of integer ids"),
+        # a reject keeps its line as the file has it, quotes included
+        (4, '600,5,"[1, 2.5]"', "hash_ids (column 'block_hashes'): [1, 2.5] is not a list of integer ids"),
         (5, "600,5,1 2", "hash_ids (column 'block_hashes'): 1 2 is not a list of integer ids"),
-        (6, "600,5,[1, 3, 5]", COUNT_REASON.replace("'hash_ids'", "'block_hashes'")),
+        (6, '600,5,"[1, 3, 5]"', COUNT_REASON.replace("'hash_ids'", "'block_hashes'")),
         (7, "abc,5,[1]", "input_tokens (column 'input_tokens'): abc is not a number")]
     assert view_type(con, r.trace_id) == "BIGINT[]"
 

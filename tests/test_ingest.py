@@ -104,6 +104,26 @@ def test_datetimes_keep_microseconds_and_offsets(con, tmp_path):
     assert "cannot read infinity as datetime" in store.rejects_of(con, result.trace_id)[0][2]
 
 
+def test_datetimes_named_in_zones_are_read_in_them(con, tmp_path):
+    # two Los Angeles minutes and a New York one: 18:19 New York is 15:19 in Los Angeles, first by three hours
+    path = write(tmp_path / "zones.csv", "timestamp,input_tokens,output_tokens\n"
+                 "2023-11-16 18:17:03 America/Los_Angeles,100,5\n2023-11-16 18:18:03 America/Los_Angeles,100,5\n"
+                 "2023-11-16 18:19:03 America/New_York,100,5\n2023-11-16 23:20:03.123456789 UTC,100,5\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected) == (4, 0) and result.timestamp_resolution_s == pytest.approx(1e-6)
+    assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == pytest.approx(
+        [10_680.0, 10_740.0, 0.0, 60.123456], abs=1e-6)        # nanoseconds cut to microseconds, as stored
+    assert store.get_trace(con, result.trace_id).start_epoch_s == 1700176743.0       # 23:19:03 UTC
+
+
+def test_an_arrival_column_empty_throughout_is_named_as_what_is_missing(con, tmp_path):
+    path = write(tmp_path / "nots.csv", "timestamp,input_tokens,output_tokens\n,100,5\n,200,6\n")
+    with pytest.raises(PlannerError, match=r"expected arrival times in the arrival column, or the trace ingested "
+                                           r"without times \(--map arrival=\)$"):
+        ingest_file(con, path)
+    assert not ingest_file(con, path, overrides={"arrival": ""}).has_timestamps
+
+
 def test_structurally_broken_lines_keep_row_numbers_straight(con, tmp_path):
     path = write(tmp_path / "broken.csv", "t,input_tokens,output_tokens\n1,10,1\n2,20,2,99\n3,30,3\n4,40\n5,50,5\n")
     result = ingest_file(con, path)

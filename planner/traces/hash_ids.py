@@ -10,6 +10,7 @@ from planner.traces.sources import Source, sql_str
 _INTEGER_TYPES = frozenset({"tinyint", "smallint", "integer", "bigint", "hugeint",
                             "utinyint", "usmallint", "uinteger", "ubigint", "uhugeint"})
 _FLOAT_TYPES = frozenset({"float", "double", "decimal"})
+_INT64_MAX = 2 ** 63 - 1
 # hash_ids written as text (a CSV cell, a JSON value of mixed type): a bracketed list of integers, "[1, 2, 3]"
 _ID_LIST_RE = r"\s*\[\s*([-+]?\d+(\.0+)?\s*(,\s*[-+]?\d+(\.0+)?\s*)*)?\]\s*"
 
@@ -33,8 +34,11 @@ def hash_ids_sql(cur, source: Source, mapping: Mapping, input_ok: str, lab: str)
     expr = source.columns[mapping.columns["hash_ids"]]
     text, x = f"CAST({expr} AS VARCHAR)", "__hash_ids"
     kind = _list_kind(cur, source, expr)
-    parsed = f"TRY_CAST({expr} AS BIGINT[]) AS {x}"
-    # every id survived the cast (an id out of BIGINT's range, a null or a non-number becomes a NULL element)
+    # ids are 64-bit hashes as often as counters: one past BIGINT's range (an unsigned 64-bit hash) is stored as the
+    # BIGINT of the same bits, which keeps equal ids equal and different ones different
+    wrapped = f"CASE WHEN e >= {2 ** 64} THEN NULL WHEN e > {_INT64_MAX} THEN e - {2 ** 64} ELSE e END"
+    parsed = f"list_transform(TRY_CAST({expr} AS HUGEINT[]), lambda e: TRY_CAST({wrapped} AS BIGINT)) AS {x}"
+    # every id survived the cast (an id past 64 bits, a null or a non-number becomes a NULL element)
     ids_ok = f"{x} IS NOT NULL AND list_count({x}) = len({x})"
     if kind == "text":
         blank = f"({text} IS NULL OR trim({text}) = '')"

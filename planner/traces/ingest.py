@@ -180,8 +180,13 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 first = cur.execute("SELECT reason FROM rejects WHERE trace_id = $t ORDER BY row LIMIT 3",
                                     {"t": trace_id}).fetchall()
                 detail = "; ".join(r[0] for r in first) or "the file has a header but no data rows"
+                expected = "rows with whole, non-negative input and output token counts"
+                if first and all(r[0].startswith("arrival") and r[0].endswith(": missing") for r in first):
+                    # an arrival column empty throughout: the counts may be fine, the times are what is missing
+                    expected = ("arrival times in the arrival column, or the trace ingested without times "
+                                "(--map arrival=)")
                 raise PlannerError(f"{fileset.label()}: no usable requests ({rejected} rows rejected: {detail}); "
-                                   "expected rows with whole, non-negative input and output token counts")
+                                   f"expected {expected}")
             arrival = f"{seconds_sql('arrival_abs', time_kind)} - {float(t0)!r}" if has_time else "CAST(NULL AS DOUBLE)"
             optional = ", ".join(fld if fld in plan.stored else f"CAST(NULL AS {sql_type}) AS {fld}"
                                  for fld, sql_type in OPTIONAL_FIELDS.items())

@@ -23,6 +23,7 @@ _EPOCH_FLOOR_S = 1e8
 WALL_CLOCK_RANGE_S = (_EPOCH_FLOOR_S, 4_102_444_800.0)
 _FLOOR_YEAR = 1973
 _ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
+_ZONE_NAME = re.compile(r"\s*[A-Za-z][A-Za-z_]*(?:/[A-Za-z_+-]+)*\s*$")
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
 
@@ -87,15 +88,19 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
             raise PlannerError(f"cannot read the arrival column: values such as {values[0]!r} are neither numbers "
                                "nor datetimes; expected e.g. '2023-11-16 18:17:03.97', epoch seconds or "
                                "relative seconds (or choose another column with --map arrival=COLUMN)")
-        frac_digits = max(len((m.group(2) or "").rstrip("0")) for m in dt)
+        # DuckDB's timestamps hold microseconds: nanosecond digits are cut, not resolved
+        frac_digits = min(max(len((m.group(2) or "").rstrip("0")) for m in dt), 6)
         if frac_digits:
             resolution = 10.0 ** -frac_digits
         elif len(dt) == len(values) and all(m.group(1) in (None, "00") for m in dt):
             resolution = 60.0
         else:
             resolution = 1.0
-        # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position
-        zoned = any(_ZONE.search(v, len(v) - 6) for v in values)
+        # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position; a
+        # zone's name after the time ("… America/Los_Angeles", "… UTC") is a zone too, which a plain timestamp
+        # cast dropped (rows of two zones came out hours apart in the wrong order)
+        zoned = any(_ZONE.search(v, len(v) - 6) or _ZONE_NAME.match(v, m.end())
+                    for v, m in zip(values, map(_DATETIME.match, values), strict=True) if m)
         years = sorted(int(m.group(0)[:4]) for m in dt)
         return TimeKind("datetime", 1.0, resolution, zoned, range_checked=years[len(years) // 2] >= _FLOOR_YEAR)
 
