@@ -89,7 +89,8 @@ def scenario() -> Scenario:
     gpu_name = c[1].selectbox("GPU", list(GPUS), key="gpu", **SHARED)
     tp = c[2].selectbox("Tensor parallel", [1, 2, 4, 8, 16], key="tp", **SHARED,
                         help="GPUs per replica; KV heads split across them, replicated beyond their number")
-    util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, key="util", **SHARED,
+    # %g: a linked 0.855 shows as such (the default two decimals showed 0.85 while 0.855 sized the pool)
+    util = c[3].number_input("gpu_memory_utilization", 0.05, 1.0, 0.9, 0.01, format="%g", key="util", **SHARED,
                              help="Fraction of the memory CUDA reports that vLLM may use: vllm serve's default "
                                   "was 0.9 and is 0.92 from 0.20 (vllm PR #38284); give your server's")
     shown = defaults(model, GPUS[gpu_name])
@@ -101,8 +102,8 @@ def scenario() -> Scenario:
     weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **SHARED,
                                   help=f"model default: {shown['weight_dtype']}")
     block = c[3].selectbox("Block size", [16, 32, 64], key="block", **SHARED)
-    price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, key="price",
-                              **SHARED, help="Your price; the default is a typical on-demand cloud rate")
+    price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, format="%g",
+                              key="price", **SHARED, help="Your price; the default is a typical on-demand cloud rate")
     gpu = GPUS[gpu_name].with_price(price)
     with st.expander("Engine and scheduler limits"):
         c = st.columns(4)

@@ -152,6 +152,15 @@ def kept(key: tuple, compute):
     return out
 
 
+def forget_results() -> None:
+    """Drop every cached result. Results are cached per trace id, and a deleted trace's bytes ingested again (with
+    another mapping: no timestamps, other units) come back under the same id: the old figures were shown."""
+    st.cache_data.clear()
+    results, lock = _kept_results()
+    with lock:
+        results.clear()
+
+
 def recommendation(trace_id: str, scenario, options, progress=None):
     """:func:`planner.recommend.plan.plan_recommendation` with details, kept per trace, scenario and options."""
     from dataclasses import replace

@@ -7,7 +7,7 @@ import polars as pl
 import streamlit as st
 
 from pages._progress import with_progress
-from pages._shared import connection
+from pages._shared import connection, forget_results
 from planner.errors import PlannerError
 from planner.traces import store
 from planner.traces.queries import model_counts
@@ -50,6 +50,7 @@ def stored_traces(owner: str | None) -> None:
             except PlannerError as exc:
                 st.error(str(exc))
             else:
+                forget_results()
                 st.session_state["traces_said"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
                                                       f"Removed {by_id[doomed]} ({doomed}) from your workspace.")
                 st.rerun()

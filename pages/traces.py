@@ -155,8 +155,8 @@ def server_section(roots) -> None:
                f"{fileset.total_bytes / 1e6:,.1f} MB; format **{seen.source.format}**"
                + (f", layout **{seen.mapping.layout}**, mapping {seen.mapping.columns}" if seen.mapping else ""))
     st.dataframe(seen.preview, hide_index=True, key="traces_server_preview", height=200)
-    if seen.mapping_error:
-        st.warning(said(seen.mapping_error, path, uploaded))
+    if seen.mapping_error:      # a server path is the user's own name: nothing to translate
+        st.warning(str(seen.mapping_error))
         return
     name = st.text_input("Trace name", key="traces_server_name", placeholder="the file's or the folder's name")
     if st.button("Ingest from the server", type="primary", key="traces_server_ingest"):

@@ -7,7 +7,7 @@ from pages._shared import length_fit, rate_table, selected_trace, show_table, tr
 from planner.charts import workload as charts
 from planner.errors import PlannerError
 from planner.workload.stats import LENGTH_FIELDS, percentile_rows
-from planner.workload.tables import DEFAULT_BUCKET_EDGES
+from planner.workload.tables import DEFAULT_BUCKET_EDGES, parse_bucket_edges
 
 NUMBER = {c: st.column_config.NumberColumn(format="%.4g") for c in
           ("mean", "p50", "p90", "p95", "p99", "p999", "max", "aic", "delta_aic", "bic", "ks", "share",
@@ -128,9 +128,9 @@ if tab_latency.open and not summary:
         edges_text = st.text_input("Length bucket edges (tokens)", value="512,2048", key="buckets",
                                    **URL, help="Comma-separated; 512,2048 gives 0–512, 512–2048, 2048+")
         try:
-            edges = tuple(sorted(float(e) for e in edges_text.split(",") if e.strip()))
-        except ValueError:
-            st.error(f"Bucket edges {edges_text!r}: expected comma-separated numbers such as 512,2048")
+            edges = parse_bucket_edges(edges_text)     # the CLI's rule: a 0 or a NaN edge broke the query
+        except PlannerError as exc:
+            st.error(str(exc).replace("--buckets", "Bucket edges"))
             st.stop()
         report = workload_report(info.trace_id, None, edges)
         if not report["latency_buckets"]:

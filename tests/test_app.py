@@ -127,6 +127,24 @@ def test_traces_page_deletes_the_picked_trace_and_says_so(app):
     assert not app.success and list(table_with(app, "created")["name"]) == ["sample_chat"]
 
 
+def test_a_trace_deleted_and_ingested_again_under_its_id_shows_its_new_figures(app, tmp_path):
+    from planner.traces.ingest import ingest_file
+    from planner.traces.samples import SAMPLE_PATH
+
+    app.switch_page("pages/overview.py").run()
+    tid = app.session_state["selected_trace_id"]
+    assert metrics(app)["Mean rate"] == "1.55 req/s"            # cached per trace id
+    app.switch_page("pages/traces.py").run()
+    app.selectbox(key="traces_delete_pick").set_value(tid).run()
+    app.button(key="traces_delete").click().run()
+    # the same bytes without their arrival column: the id comes back, the rate does not
+    again = ingest_file(store.open_store(tmp_path / "app.duckdb"), SAMPLE_PATH, overrides={"arrival": ""})
+    assert again.trace_id == tid and not again.has_timestamps
+    app.session_state["selected_trace_id"] = tid
+    app.switch_page("pages/overview.py").run()
+    assert not app.exception and "Mean rate" not in metrics(app)
+
+
 def test_traces_page_splits_one_servers_requests_off_and_selects_them(app):
     app.switch_page("pages/traces.py").run()
     ids = dict(zip(*(list(table_with(app, "created")[c]) for c in ("name", "trace_id")), strict=True))
@@ -233,8 +251,10 @@ def test_workload_latency_view_names_the_driver_bucket(app):
     assert len(notes) == 6 and "bucket **2048+**" in notes[0]
     app.text_input(key="buckets").set_value("1000").run()
     assert list(table_with(app, "tail_lift")["bucket"]) == ["0–1000", "1000+"]
-    app.text_input(key="buckets").set_value("abc").run()
-    assert "expected comma-separated numbers" in app.error[0].value
+    for bad in ("abc", "0", "nan", "2048,512"):        # a 0 or a NaN edge broke the bucket query (ParserException)
+        app.text_input(key="buckets").set_value(bad).run()
+        assert not app.exception
+        assert app.error[0].value == f"Bucket edges {bad!r}: expected increasing positive token counts such as 512,2048"
 
 
 @pytest.mark.parametrize("view, message", [("Arrivals", "no timestamps"), ("Latency", "no TTFT")])
@@ -457,6 +477,10 @@ def test_traces_page_reads_a_glob_on_the_server_only_where_the_deployment_allows
     assert metrics(at)["Stored"] == "7"
     assert "shared-traces" not in list(table_with(at, "created")["name"]) and \
         "day" in list(table_with(at, "created")["name"])
+    # a server file no layout maps is a warning naming it (it raised NameError: the upload's names were used)
+    (root / "odd.csv").write_text("foo,bar\n1,2\n")
+    at.text_input(key="traces_server_path").set_value(str(root / "odd.csv")).run()
+    assert not at.exception and any("odd.csv" in w.value or "input_tokens" in w.value for w in at.warning)
 
 
 def test_every_page_opens_on_a_trace_stored_as_its_summary(tmp_path, monkeypatch):
