@@ -61,6 +61,12 @@ def test_fit_errors_are_one_line(sample_db, tmp_path):
     cli_json("ingest", str(lengths_only), "--quiet", db=sample_db)
     no_times = run_cli("fit", "l", "--field", "interarrival", "--json", db=sample_db, check=False)
     assert no_times.returncode == 2 and "no timestamps" in no_times.stderr
+    # a cap censors token lengths: given with inter-arrival times it was silently ignored
+    capped = run_cli("fit", "sample_chat", "--field", "interarrival", "--cap", "5", db=sample_db, check=False)
+    assert capped.returncode == 2 and capped.stderr.strip() == ("error: --cap 5: a cap censors token lengths; "
+                                                                "expected no --cap with --field interarrival")
+    text = run_cli("fit", "sample_chat", "--field", "interarrival", db=sample_db).stdout
+    assert text.startswith("interarrival: n=8349, not censored; best ")
 
 
 # KS distances of MLE lognormal and exponential fits from reference/workloads.md §3 ("Family check"); ours

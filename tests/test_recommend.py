@@ -82,6 +82,10 @@ def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     assert row.predicted["ttft_ms"]["p99"] > 1.0          # the closest it gets, reported
     # at no rate does it serve the class: no cost per token (its light-load throughput would invent one)
     assert row.throughput_tok_s > 0 and row.cost_per_million_output_tokens is None
+    # the CLI's line states no rate, verdict, queue or replicas for it (it printed "(stable, …) replicas None")
+    from planner.cli.sim import class_line
+
+    assert class_line(row) == f"impossible   NO  no configuration meets it; closest:  {row.launch_command}"
     # the load those figures were replayed at is the row's, and its diagnosis names it
     cfg = row.config
     light = seed_search.run(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], row.scale,

@@ -108,8 +108,9 @@ def cmd_fit(args) -> None:
 
     con = store.open_store(args.db, create=False)
     obj = fit_report(con, args.trace, args.field, cap=args.cap, detect=not args.no_detect)
-    lines = [f"{args.field}: n={obj['n']}, censored at {obj['censored_at']} ({obj['censored_fraction']:.2%}); "
-             f"best {obj['best']}"]
+    censored = (f"censored at {obj['censored_at']} ({obj['censored_fraction']:.2%})" if obj["censored_at"] is not None
+                else "not censored")
+    lines = [f"{args.field}: n={obj['n']}, {censored}; best {obj['best']}"]
     lines += [f"  {c['family']:18s} AIC {c['aic'] if c['aic'] is not None else '—':>14} KS "
               f"{c['ks'] if c['ks'] is not None else '—'} {c.get('error') or c['params']}" for c in obj["candidates"]]
     _emit(args, obj, "\n".join(lines))

@@ -184,6 +184,18 @@ def executor_from_args(args):
     return get_executor(args.workers, args.ray)
 
 
+def class_line(r) -> str:
+    """One class of ``recommend`` as text. An infeasible class has no rate, queue or fleet to state (the report and
+    the page blank them too; its figures are its closest configuration's at a light load): its command is that
+    configuration's."""
+    if not r.feasible:
+        return f"{r.name:12s} NO  no configuration meets it; closest:  {r.launch_command}"
+    fleet = (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
+             if r.fleet and r.fleet.confident_replicas else f" ({r.router})" if r.fleet else "")
+    return (f"{r.name:12s} ok  qps/replica {r.max_qps_per_replica:.2f} ({r.verdict}, queue p99 "
+            f"{r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}{fleet}  {r.launch_command}")
+
+
 def cmd_recommend(args) -> None:
     from planner.recommend.plan import plan_recommendation
     from planner.workload.replay import from_trace, served_models, several_servers
@@ -208,11 +220,7 @@ def cmd_recommend(args) -> None:
     else:
         comparison = None
         rec = plan_recommendation(workload, scenario, options, progress, executor)
-    lines = [f"{r.name:12s} {'ok ' if r.feasible else 'NO '} qps/replica {r.max_qps_per_replica:.2f} "
-             f"({r.verdict}, queue p99 {r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}"
-             + (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
-                if r.fleet and r.fleet.confident_replicas else f" ({r.router})" if r.fleet else "")
-             + f"  {r.launch_command}" for r in rec.classes]
+    lines = [class_line(r) for r in rec.classes]
     if comparison:
         lines += comparison.lines()
     if rec.rejection_note:      # a warning, as the several-servers one: the rates above rest on it

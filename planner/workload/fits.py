@@ -50,6 +50,9 @@ def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap:
     """The ``fit`` CLI object for ``input_tokens``, ``output_tokens``, ``total_tokens`` or ``interarrival``."""
     info = store.get_trace(con, trace_ref)
     if fld == "interarrival":
+        if cap is not None:
+            raise PlannerError(f"--cap {cap:g}: a cap censors token lengths; expected no --cap with "
+                               "--field interarrival")
         arrivals = fit_interarrival(con, info)
         if arrivals.n < 3:
             raise PlannerError(f"trace {info.name!r} has fewer than three arrivals; nothing to fit")

@@ -47,7 +47,9 @@ def from_trace(con: duckdb.DuckDBPyConnection, trace_ref: str, *, rate_scale: fl
     elif qps is not None:
         arrival = poisson_or_gamma(frame.height, qps, np.random.default_rng(seed))
     else:
-        raise PlannerError(f"trace {info.name!r} has no timestamps: give --qps for Poisson arrivals")
+        # recommend and report take no --qps: their searches scale the trace's own arrivals
+        raise PlannerError(f"trace {info.name!r} has no timestamps: a replay needs arrival times; expected a trace "
+                           "with an arrival column (simulate takes --qps for Poisson arrivals instead)")
     label = f"trace {info.name}" + (f" ({served_by}'s requests)" if served_by is not None else "") + (
         f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     return _workload(frame, arrival, label).with_shared_prefix(shared_prefix)
@@ -107,7 +109,8 @@ def _from_summary(con: duckdb.DuckDBPyConnection, info, rate_scale: float | None
     elif qps is not None:
         arrival = poisson_or_gamma(info.rows, qps, rng)
     else:
-        raise PlannerError(f"summary {info.name!r} has no arrival_counts: give --qps for Poisson arrivals")
+        raise PlannerError(f"summary {info.name!r} has no arrival_counts: a replay needs arrival times; expected a "
+                           "summary with arrival counts (simulate takes --qps for Poisson arrivals instead)")
     label = f"summary {info.name} (lengths drawn from {fits[0].best} / {fits[1].best})" + (
         f" at {qps:g} req/s" if qps else f" ×{rate_scale:g}" if rate_scale else "")
     return from_fits(*fits, n=arrival.size, qps=None, seed=seed, arrival_s=arrival, label=label)
