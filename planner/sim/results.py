@@ -216,7 +216,7 @@ class SimulationSummary:
     e2e_ms: Percentiles
     queue_ms: Percentiles
     throughput_tok_s: dict
-    request_rate_rps: float
+    completion_rate_rps: float     # completed requests per simulated second: a throughput, not the offered rate
     preemptions: int
     duration_s: float
     sim_wall_s: float
@@ -254,8 +254,8 @@ class SimulationSummary:
     def throughput_table(self) -> Table:
         """Tokens and requests per second, preemptions and the queue's verdict."""
         t = self.throughput_tok_s
-        return Table("Throughput", ["input tok/s", "output tok/s", "requests/s", "preemptions", "queue"],
-                     [[t["input"], t["output"], self.request_rate_rps, self.preemptions, self.verdict]])
+        return Table("Throughput", ["input tok/s", "output tok/s", "completed req/s", "preemptions", "queue"],
+                     [[t["input"], t["output"], self.completion_rate_rps, self.preemptions, self.verdict]])
 
     def replica_table(self) -> Table:
         """Each replica's share of the requests, its TTFT/TPOT/queueing p50 and p99 and its prefix-cache hits."""
@@ -277,7 +277,7 @@ class SimulationSummary:
         out = {k: getattr(self, k) for k in ("engine", "workload", "requests", "completed", "rejected",
                                              "rejected_too_long")}
         out.update({k: getattr(self, k).to_dict() for k in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")})
-        out.update({k: getattr(self, k) for k in ("throughput_tok_s", "request_rate_rps", "preemptions",
+        out.update({k: getattr(self, k) for k in ("throughput_tok_s", "completion_rate_rps", "preemptions",
                                                   "duration_s", "sim_wall_s", "steps", "saturated", "settings")})
         out["rejection_note"] = self.rejection_note
         out.update(replicas=self.replicas, router=self.router, verdict=self.verdict, prefix_cache=self.prefix_cache,
@@ -356,7 +356,7 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
         throughput_tok_s={"input": tokens_in / duration if duration else 0.0,
                           "output": tokens_out / duration if duration else 0.0,
                           "total": (tokens_in + tokens_out) / duration if duration else 0.0},
-        request_rate_rps=float(done.sum() / duration) if duration else 0.0,
+        completion_rate_rps=float(done.sum() / duration) if duration else 0.0,
         preemptions=int(result.preemptions.sum()), duration_s=duration, sim_wall_s=result.sim_wall_s,
         steps=result.steps, settings=asdict(scenario.settings),
         per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
