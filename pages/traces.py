@@ -40,7 +40,8 @@ uploaded = st.file_uploader(
     help="CSV/TSV, JSON Lines, JSON, Parquet, optionally gzip/zstd-compressed. Azure, BurstGPT, Mooncake, Vidur, "
          "vLLM benchmark and OpenAI usage layouts map themselves.")
 st.caption(f"Up to {MAX_UPLOAD_MB:,} MB per file here (a larger one is refused before it is sent: compress it, "
-           "or ingest it on the server with `python -m planner ingest PATH`).")
+           "or ingest it on the server with `python -m planner ingest PATH` while the app is stopped: one process "
+           "at a time opens a store).")
 
 
 def saved_upload(file) -> Path:
@@ -138,7 +139,8 @@ def server_section(roots) -> None:
     if not roots:
         st.info(f"Reading trace files on the server is off in this deployment: an operator turns it on with "
                 f"`{SERVER_PATHS_ENV}` (the folders traces may be read from). Without it, ingest large files with "
-                "`python -m planner ingest PATH` on the server.")
+                "`python -m planner ingest PATH` on the server while the app is stopped (one process at a time opens "
+                "a store).")
         return
     st.caption("For files too large to upload: an absolute path, a folder or a glob under "
                + ", ".join(f"`{r}`" for r in roots) + ". Several files of one layout become one trace.")

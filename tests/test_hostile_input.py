@@ -338,6 +338,22 @@ def test_other_outputs_in_missing_folders_are_refused(capsys, db, tmp_path, flag
     assert "does not exist" in line and not (tmp_path / "none").exists()
 
 
+def test_a_store_another_process_holds_is_named_as_such(capsys, tmp_path):
+    # a running app holds its store for its life: the CLI said "expected a DuckDB 2.x file", which it was
+    db = tmp_path / "held.duckdb"
+    store.open_store(db).close()
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); "
+                               "print('open', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        line = refused(capsys, "traces", "--json", "--db", str(db))
+        assert f"the trace store {db} is open in another process" in line
+        assert line.endswith("expected it closed, or another --db for this command")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("kind", ["csv", "parquet", "text"])
 def test_db_must_be_a_duckdb_store_or_a_new_path(capsys, tmp_path, kind):
     target = tmp_path / f"not-a-store.{kind}"

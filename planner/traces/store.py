@@ -132,6 +132,10 @@ def open_store(path: str | os.PathLike | None = None, create: bool = True) -> du
     try:
         con = duckdb.connect(str(db_path))
     except duckdb.Error as exc:
+        if "lock" in str(exc).lower():      # DuckDB lets one process open a store: a running app holds its own
+            raise PlannerError(f"the trace store {db_path} is open in another process (the app, while it runs, "
+                               f"holds its store): {first_line(exc)}; expected it closed, or another --db for this "
+                               "command") from None
         raise PlannerError(f"cannot open the trace store {db_path}: {exc}; expected a DuckDB 2.x file "
                            "not locked by another process") from None
     # GLOBAL: settings are per connection otherwise, and every unit of work runs on its own cursor
