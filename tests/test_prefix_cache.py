@@ -93,11 +93,12 @@ def test_a_pool_too_small_to_keep_anything_hits_nothing():
 
 
 def test_eviction_takes_a_chains_tail_first():
-    # A: 10 full blocks, released last block first to the tail of the free queue; B needs 5 blocks: the 2 never
-    # used, then A's blocks 9, 8, 7 (evicted). C repeats A: blocks 0-6 survive, capped at 9 anyway
+    # 13 blocks, one of them vLLM's null block. A: 10 full blocks, released last block first to the tail of the
+    # free queue; B needs 5 blocks: the 2 never used, then A's blocks 9, 8, 7 (evicted). C repeats A: blocks 0-6
+    # survive, capped at 9 anyway
     prompt = [160, 80, 160]
     identity = from_hash_ids([[1], [2], [1]], np.array(prompt))
-    run = both_loops(spaced(3), prompt, [1, 1, 1], identity, EngineSettings(8, 512, True, 16, 12, 4096))
+    run = both_loops(spaced(3), prompt, [1, 1, 1], identity, EngineSettings(8, 512, True, 16, 13, 4096))
     assert run.hits.tolist() == [0, 0, 7 * 16]
 
 

@@ -102,7 +102,8 @@ def test_conservation(engine):
     assert np.all(result.first_token[done] > result.first_scheduled[done])
     assert np.all(result.finish[done] >= result.first_token[done])
     assert np.all(result.timeline[:, 3] <= 400)                    # blocks never over-allocated ...
-    assert result.free_blocks_at_end == (200 if engine == "trtllm" else 400)   # ... all freed (TRT: 32-token)
+    # ... all freed (TRT: 32-token blocks; vLLM V1's BlockPool holds one null block out of its 400)
+    assert result.free_blocks_at_end == {"trtllm": 200, "vllm-v1": 399}.get(engine, 400)
     np.testing.assert_array_equal(result.generated[done], result.workload.output_tokens[done])
     if engine in ("vllm-v1", "vllm-v0"):
         assert result.preemptions.sum() > 0                         # the small pool forces preemption ...
@@ -115,7 +116,7 @@ def test_blocks_are_all_freed_and_decode_steps_account_for_every_token():
     result = simulate(work, small_kv(max_num_seqs=50, max_num_batched_tokens=100_000, num_gpu_blocks=10_000))
     # all prompts prefill in one step, then 36 decode steps: 37 steps, everyone finishes together
     assert result.steps == 37 and len(set(result.finish)) == 1
-    assert result.free_blocks_at_end == 10_000
+    assert result.free_blocks_at_end == 10_000 - 1             # all but vLLM's null block
     summary = summarize(result)
     assert summary.throughput_tok_s["output"] == pytest.approx(50 * 37 / summary.duration_s)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from planner.sim.cost_model import step_seconds
 from planner.sim.engines.base import EngineSettings, RawRun
+from planner.sim.engines.vllm_v1 import usable_blocks
 from planner.sim.prefix import BlockRuns
 
 
@@ -99,10 +100,10 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
     if caching:
         for req in requests:
             req.keys = [int(k) for k in runs.keys(req.index)]
-    pool = Pool(settings.num_blocks)
+    pool = Pool(usable_blocks(settings))
     waiting: deque[Request] = deque()
     running: list[Request] = []
-    free = settings.num_blocks
+    free = usable_blocks(settings)
     now, steps, last_seconds = 0.0, 0, 0.0
     rejected = np.zeros(len(requests), bool)
     finished = 0

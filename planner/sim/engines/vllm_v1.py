@@ -18,11 +18,18 @@ def run(arrival, prompt, output, settings: EngineSettings, coeffs: tuple, log_ev
             limit, mode = np.minimum(limit, quantile), RESERVE_MAX
         key = median.astype(float)
     out = simulate_kernel(arrival, prompt, output, limit, coeffs, settings.max_num_seqs,
-                          settings.max_num_batched_tokens, settings.block_size, settings.num_blocks,
+                          settings.max_num_batched_tokens, settings.block_size, usable_blocks(settings),
                           settings.chunked_prefill, settings.long_prefill_token_threshold, mode, log_every, key,
                           settings.priority != "fcfs", settings.abort_wait_s, settings.async_scheduling,
                           *fleet.kernel_args(settings, prompt, output, ENGINE.caches_prefixes(settings)))
     return RawRun(*out)
+
+
+def usable_blocks(settings: EngineSettings) -> int:
+    """The blocks a vLLM V1 replica schedules against: ``num_gpu_blocks`` less the one its BlockPool takes for
+    itself at start, the null block that pads block tables (``v1/core/block_pool.py``: ``self.null_block =
+    self.free_block_queue.popleft()``)."""
+    return settings.num_blocks - 1
 
 
 def _caches(settings: EngineSettings) -> bool:
