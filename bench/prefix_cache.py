@@ -102,7 +102,7 @@ def main() -> None:
     args = parser.parse_args()
     scenario = Scenario(get_model("llama-3.1-8b"), get_gpu("h100-sxm"), max_model_len=32_768)
     offline, _ = mooncake_like(3_000, float("inf"), seed=3)
-    capacity = summarize(simulate(offline, scenario)).request_rate_rps
+    capacity = summarize(simulate(offline, scenario)).completion_rate_rps
     qps = 0.75 * capacity
     work, rows = mooncake_like(args.requests, qps, seed=1)
     if args.write:
@@ -134,7 +134,7 @@ def main() -> None:
           "at these arrivals, so its steps differ)" if s_off.verdict != "stable" else
           f"ratio: {rate_off / rate_on:.2f}x the wall time per simulated request of caching off")
     uncached = scenario.replace(prefix_caching=False)
-    own = 0.75 * summarize(simulate(offline, uncached)).request_rate_rps
+    own = 0.75 * summarize(simulate(offline, uncached)).completion_rate_rps
     slow, _ = mooncake_like(args.requests, own, seed=1)
     base = simulate(slow, uncached)
     print(f"cache off at 75% of its own capacity ({own:.2f} req/s): {slow.n / base.sim_wall_s:,.0f} simulated "

@@ -48,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     scenario = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), max_model_len=8192)
     cfg = scenario.settings
-    capacity = summarize(simulate(azure_conv_like(5_000, float("inf")), scenario)).request_rate_rps
+    capacity = summarize(simulate(azure_conv_like(5_000, float("inf")), scenario)).completion_rate_rps
     qps = 0.75 * capacity
     work = azure_conv_like(args.requests, qps, seed=1)
     result = simulate(work, scenario)            # warm: compiled code already loaded above
