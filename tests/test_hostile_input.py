@@ -508,6 +508,19 @@ def test_one_broken_csv_line_never_refuses_the_file(tmp_path, con, n_rows, at, l
         assert all(f"{i},{100 + i},5,m" in raw for i in range(at, at + swallowed))
 
 
+def test_a_broken_line_in_a_file_without_a_header_or_with_an_unnamed_column(tmp_path, con):
+    # the sniffer fails on the broken line: the fallback tells a header from a row, and names an empty or repeated
+    # header cell as DuckDB's reader does (an empty name failed the reader's columns struct)
+    rows = [f"{i},{100 + i},5,m".encode() for i in range(2000)]
+    rows[1500] = b"1500,1600,5,caf\xe9"
+    (tmp_path / "bare.csv").write_bytes(b"\n".join(rows) + b"\n")
+    bare = ingest_file(con, tmp_path / "bare.csv", overrides={"input_tokens": "column1", "output_tokens": "column2"})
+    assert (bare.rows, bare.rejected) == (1999, 1)
+    unnamed = write(tmp_path / "unnamed.csv", 'input_tokens,output_tokens,,input_tokens\n100,5,,1\n"101,5,,2\n')
+    result = ingest_file(con, unnamed)
+    assert (result.rows, result.rejected) == (1, 1)
+
+
 def test_a_rejected_csv_rows_raw_text_keeps_its_quotes(tmp_path, con):
     body = 'timestamp,input_tokens,output_tokens,model\n1,100,5,a\n7,"1,000",5,"say ""hi"""\n'
     result = ingest_file(con, write(tmp_path / "quoted.csv", body))

@@ -114,6 +114,11 @@ def test_datetimes_named_in_zones_are_read_in_them(con, tmp_path):
     assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == pytest.approx(
         [10_680.0, 10_740.0, 0.0, 60.123456], abs=1e-6)        # nanoseconds cut to microseconds, as stored
     assert store.get_trace(con, result.trace_id).start_epoch_s == 1700176743.0       # 23:19:03 UTC
+    # an abbreviation or a word after the time is no zone the cast knows: read as a plain timestamp, as before
+    for tail in ("PDT", "retry"):
+        rows = "".join(f"2024-07-01 10:00:{s:02d} {tail},100,5\n" for s in range(20))
+        plain = ingest_file(con, write(tmp_path / f"{tail}.csv", "timestamp,input_tokens,output_tokens\n" + rows))
+        assert (plain.rows, plain.rejected) == (20, 0)
 
 
 def test_an_arrival_column_empty_throughout_is_named_as_what_is_missing(con, tmp_path):

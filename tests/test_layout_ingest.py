@@ -53,7 +53,7 @@ def test_length_only_and_vidur(con, tmp_path):
     ("errors.csv", "timestamp,input_tokens,output_tokens,error\n1,100,5,False\n2,200,6,0\n3,300,7,True\n"
                    "4,400,8,\n5,500,9,CUDA out of memory\n"),
     ("errors.jsonl", "".join(json.dumps({"timestamp": t, "input_tokens": 100, "output_tokens": 5, "error": e}) + "\n"
-                             for t, e in ((1, False), (2, None), (3, True), (4, ""), (5, "timeout")))),
+                             for t, e in ((1, False), (2, " "), (3, True), (4, "0.00"), (5, "timeout")))),
 ])
 def test_an_error_column_of_false_or_zero_marks_no_failure(con, tmp_path, name, body):
     # an `error` column fails a request by holding an error, not by holding a value: False, 0 and "" are none

@@ -16,7 +16,8 @@ OPTIONAL_FIELDS = {"model": "VARCHAR", "session_id": "VARCHAR", "ttft_ms": "DOUB
 _TEXT_FIELDS = tuple(f for f, sql_type in OPTIONAL_FIELDS.items() if sql_type == "VARCHAR")
 _FAILURE_WORDS = "err|fail|timeout|timed.out|abort|cancel|reject|exception"
 # what an ``error`` column holds for a request that did not fail: a boolean false, a zero code, an empty value
-_NO_ERROR_WORDS = ("false", "f", "no", "0", "0.0", "none", "null", "nan", "ok", "success", "[]", "{}")
+# (a zero code in any spelling, 0.00 too, is read as a number)
+_NO_ERROR_WORDS = ("", "false", "f", "no", "none", "null", "nan", "n/a", "na", "ok", "success", "[]", "{}")
 _MAX_WHOLE_TOKENS = 2.0 ** 53
 
 
@@ -151,7 +152,8 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     if "status" in mapping.columns:
         if normalize(mapping.columns["status"]) in ("error", "errors"):
             no_error = ", ".join(f"'{w}'" for w in _NO_ERROR_WORDS)
-            status_failed = f"coalesce(lower(trim(__status)) NOT IN ({no_error}), false)"
+            status_failed = (f"coalesce(NOT (lower(trim(__status)) IN ({no_error}) "
+                             f"OR coalesce(TRY_CAST(trim(__status) AS DOUBLE) = 0, false)), false)")
         else:
             status_failed = (f"coalesce(regexp_matches(lower(__status), '{_FAILURE_WORDS}') "
                              f"OR TRY_CAST(__status AS DOUBLE) >= 400, false)")

@@ -19,6 +19,7 @@ from planner.traces.store import quote_ident
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _DELIMITERS = (",", "\t", ";", "|")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _HEAD_BYTES = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -216,7 +217,8 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
         # the sniffer reads the whole sample strictly: one broken line (an unterminated quote, a byte that is not
         # UTF-8) fails it, where the header still names the delimiter and the reader rejects that one line
         if counts[best]:
-            return Dialect(delimiter="\t" if fmt == "tsv" else best, header=True)
+            delim = "\t" if fmt == "tsv" else best
+            return Dialect(delimiter=delim, header=_first_line_is_header(head_text, delim))
         if compression != "none":
             raise read_error(path, fmt, exc) from None
         raise PlannerError(f"{path.name}: cannot sniff the CSV dialect ({first_line(exc)}); expected a delimited "
@@ -230,6 +232,17 @@ def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, 
     return Dialect(delimiter=delim, quote=clean(quote), escape=clean(escape), header=bool(header))
 
 
+def _first_line_is_header(head_text: str, delim: str) -> bool:
+    """Whether the first line names columns: some cell of it is text where the line below holds a number (the
+    sniffer's rule, in short; a file of one line is taken to be its header)."""
+    lines = head_text.lstrip("\ufeff").splitlines()
+    if len(lines) < 2:
+        return True
+    is_number = lambda cell: bool(_NUMBER.fullmatch(cell.strip().strip('"')))  # noqa: E731
+    return any(not is_number(a) and is_number(b)
+               for a, b in zip(lines[0].split(delim), lines[1].split(delim), strict=False))
+
+
 def _header_columns(head: bytes, dialect: Dialect) -> str:
     """A ``columns`` struct of VARCHAR columns named by the header line (``column0``… without a header), for a
     reader that cannot sniff the file."""
@@ -237,11 +250,15 @@ def _header_columns(head: bytes, dialect: Dialect) -> str:
 
     line = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()[0]
     cells = next(csv.reader([line], delimiter=dialect.delimiter, quotechar=dialect.quote))
-    names = cells if dialect.header else [f"column{i}" for i in range(len(cells))]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise PlannerError(f"the header repeats the column name {', '.join(map(repr, repeated))}; expected each "
-                           "column named once")
+    # named as DuckDB's own reader names them: an empty name by its position, a repeated one with a suffix
+    names: list[str] = []
+    for i, cell in enumerate(cells):
+        name = cell if dialect.header and cell else f"column{i}"
+        base, k = name, 0
+        while name in names:
+            k += 1
+            name = f"{base}_{k}"
+        names.append(name)
     return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in names) + "}"
 
 

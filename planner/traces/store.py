@@ -132,7 +132,9 @@ def open_store(path: str | os.PathLike | None = None, create: bool = True) -> du
     try:
         con = duckdb.connect(str(db_path))
     except duckdb.Error as exc:
-        if "lock" in str(exc).lower():      # DuckDB lets one process open a store: a running app holds its own
+        # DuckDB lets one process open a store: a running app holds its own ("block" in a corrupt file's message is
+        # no lock)
+        if "could not set lock" in str(exc).lower() or "conflicting lock" in str(exc).lower():
             raise PlannerError(f"the trace store {db_path} is open in another process (the app, while it runs, "
                                f"holds its store): {first_line(exc)}; expected it closed, or another --db for this "
                                "command") from None

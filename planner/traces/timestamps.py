@@ -7,7 +7,9 @@ layout or the column name says otherwise).
 
 from __future__ import annotations
 
+import functools
 import re
+import zoneinfo
 from dataclasses import dataclass
 
 from planner.errors import PlannerError
@@ -23,7 +25,9 @@ _EPOCH_FLOOR_S = 1e8
 WALL_CLOCK_RANGE_S = (_EPOCH_FLOOR_S, 4_102_444_800.0)
 _FLOOR_YEAR = 1973
 _ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
-_ZONE_NAME = re.compile(r"\s*[A-Za-z][A-Za-z_]*(?:/[A-Za-z_+-]+)*\s*$")
+# a time zone named after the time: an IANA Area/Location name, or UTC/GMT. Not an abbreviation (PDT, BST, IST are
+# ambiguous or unknown to the cast, and "AM"/"PM" are none), which a plain timestamp cast reads as it always did
+_ZONE_NAME = re.compile(r"\s*(UTC|GMT|[A-Z][A-Za-z_]+(?:/[A-Za-z0-9_+-]+)+)\s*$")
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
 
@@ -99,7 +103,7 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
         # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position; a
         # zone's name after the time ("… America/Los_Angeles", "… UTC") is a zone too, which a plain timestamp
         # cast dropped (rows of two zones came out hours apart in the wrong order)
-        zoned = any(_ZONE.search(v, len(v) - 6) or _ZONE_NAME.match(v, m.end())
+        zoned = any(_ZONE.search(v, len(v) - 6) or _is_zone_name(v[m.end():])
                     for v, m in zip(values, map(_DATETIME.match, values), strict=True) if m)
         years = sorted(int(m.group(0)[:4]) for m in dt)
         return TimeKind("datetime", 1.0, resolution, zoned, range_checked=years[len(years) // 2] >= _FLOOR_YEAR)
@@ -117,6 +121,17 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
     if resolution is not None:
         resolution = float(f"{resolution:.3g}")
     return TimeKind(kind, TIME_UNITS[unit], resolution)
+
+
+def _is_zone_name(tail: str) -> bool:
+    """Whether the text after a datetime names a time zone the tz database knows."""
+    m = _ZONE_NAME.fullmatch(tail)
+    return bool(m) and (m.group(1) in ("UTC", "GMT") or m.group(1) in _zone_names())
+
+
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 def _deciding_magnitude(magnitudes: list[float]) -> float:
