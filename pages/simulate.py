@@ -76,8 +76,9 @@ st.caption(f"{summary.workload} · {fleet_text}{s.engine} on {s.tp}× {s.gpu.nam
 show_table(summary.latency_table(), "sim_percentiles")
 show_table(summary.prefix_cache_table(), "sim_prefix_cache")
 if summary.prefix_cache["identity"] is None and summary.prefix_cache["enabled"]:
-    st.caption("The prefix cache is on but this workload carries no prefix identity (hash_ids or sessions), so "
-               "nothing can hit: declare a shared prefix in the sidebar to see what a system prompt is worth.")
+    st.caption("The prefix cache is on but this workload carries no prefix identity (hash_ids or sessions), so no "
+               "prompt can hit another's blocks (a preempted request still finds its own again): declare a shared "
+               "prefix in the sidebar to see what a system prompt is worth.")
 if len(summary.per_replica) > 1:       # one replica's row is the fleet's
     show_table(summary.replica_table(), "sim_replicas")
 st.markdown("**By input length**")

@@ -394,6 +394,12 @@ def test_kv_pressure_pulls_every_class_to_fewer_sequences():
     assert all(r.feasible and r.config["max_num_seqs"] <= 64 for r in rows)
     by = {r.name: r for r in rows}
     assert by["ttft"].config["max_num_batched_tokens"] <= by["throughput"].config["max_num_batched_tokens"]
+    # nothing shared, yet the cache is worth something here: preempted requests find their own blocks again
+    from planner.recommend.diagnosis import cache_gain
+
+    gain = cache_gain(tight, by["throughput"], DEFAULT_CLASSES[2])
+    assert gain["identity"] is None and gain["hit_rate"] == 0 and gain["rehit_tokens"] > 0
+    assert gain["max_qps_without_cache"] < gain["max_qps_with_cache"]
 
 
 def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):

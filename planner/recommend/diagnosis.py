@@ -155,21 +155,24 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
 def cache_gain(search: Search, row: ClassRecommendation, slo: SLOClass) -> dict | None:
     """What vLLM V1's prefix cache is worth to a feasible class: the hit rate at its recommended rate and the rate
     the same configuration sustains with the cache off (``--no-enable-prefix-caching``), by the same bisection.
-    None where nothing can hit (no prefix identity, or an engine modelled without a prefix cache)."""
+    None where the cache changes nothing: an engine modelled without one, or a workload with no prefix identity whose
+    preempted requests found none of their own blocks again at that rate (nothing else can hit)."""
     scenario = search.scenario
-    if search.workload.prefix is None or not get_engine(scenario.engine).caches_prefixes(scenario.settings):
+    if not get_engine(scenario.engine).caches_prefixes(scenario.settings):
         return None
     seqs, budget = row.config["max_num_seqs"], row.config["max_num_batched_tokens"]
     chunked = row.config["enable_chunked_prefill"]
     at = search.run(seqs, budget, row.scale, chunked)
+    stats = prefix_cache_stats(at, at.completed)
+    if search.workload.prefix is None and not stats["rehit_tokens"]:
+        return None
     off = Search(search.workload, scenario.replace(prefix_caching=False), max_queue_s=search.max_queue_s,
                  executor=search.executor)
     scale, _ = off.max_scale(seqs, budget, chunked, slo, off.capacity_scale(seqs, budget, chunked))
     search.count(off.simulations)
     without = scale * search.base_rate
-    stats = prefix_cache_stats(at, at.completed)
     return {"hit_rate": stats["hit_rate"], "rehit_tokens": stats["rehit_tokens"],
-            "prompt_tokens": stats["prompt_tokens"], "identity": search.workload.prefix.source,
+            "prompt_tokens": stats["prompt_tokens"], "identity": stats["identity"],
             "max_qps_with_cache": row.max_qps_per_replica, "max_qps_without_cache": without,
             "gain": row.max_qps_per_replica / without - 1 if without > 0 else None}
 

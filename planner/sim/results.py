@@ -307,7 +307,8 @@ def prefix_cache_stats(result: SimResult, mask: np.ndarray) -> dict:
     identity). ``rehit_tokens`` adds what requests found again when re-admitted after a preemption: vLLM counts
     those lookups too (as ``preempted`` queries); a lookup that failed to get blocks counts nowhere here.
     ``enabled``: the engine cached prefixes in this replay; ``identity``: where the prefix identity came from
-    (None: the workload carries none, so no hit could be found)."""
+    (None: the workload carries none, so no prompt hit could be found; a preempted request still finds its own
+    blocks again)."""
     done = mask & result.completed
     prompt_tokens = int(result.workload.input_tokens[done].sum())
     hits = int(result.hit_tokens[done].sum()) if result.hit_tokens is not None else 0
