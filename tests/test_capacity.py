@@ -149,7 +149,8 @@ def test_fit_check_keeps_overheads_fitted_from_a_log_and_scales_its_weights():
 
 def test_trace_concurrency_uses_whole_blocks_and_names_the_binding_limit():
     plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm"), num_gpu_blocks=1000).memory
-    got = trace_concurrency(plan, np.array([1.0, 16.0, 17.0, 31.0]))
+    # final lengths, whose last token holds no KV: 17 tokens hold one block, 18 two
+    got = trace_concurrency(plan, np.array([1.0, 17.0, 18.0, 33.0]))
     assert got["concurrency_at_mean"] == pytest.approx(16_000 / np.mean([16, 16, 32, 32]))
     assert got["binding"] == "max_num_seqs"          # 666 fit by KV, but only 256 sequences are scheduled
 

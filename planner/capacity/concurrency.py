@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 def trace_concurrency(plan: MemoryPlan, final_lengths: np.ndarray) -> dict:
     """Requests of this trace that fit in the KV pool at once, by their final length (prompt + output).
 
-    Each request holds whole blocks, so a length ``n`` costs ``ceil(n / block) · block`` tokens; the ceiling is
-    also capped by ``max_num_seqs``.
+    Each request holds whole blocks of its KV, every token but the last sampled (which is never fed back), so a
+    length ``n`` costs ``ceil((n - 1) / block) · block`` tokens; the ceiling is also capped by ``max_num_seqs``.
     """
     lengths = np.asarray(final_lengths, dtype=float)
-    held = np.ceil(lengths / plan.block_size) * plan.block_size
+    held = np.ceil(np.maximum(lengths - 1, 1) / plan.block_size) * plan.block_size
     mean, p95 = float(held.mean()), float(np.percentile(held, 95))
     by_mean, by_p95 = plan.kv_capacity_tokens / mean, plan.kv_capacity_tokens / p95
     return {"mean_final_tokens": float(lengths.mean()), "p95_final_tokens": float(np.percentile(lengths, 95)),

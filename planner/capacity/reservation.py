@@ -5,7 +5,8 @@ Each policy says how many KV tokens a request holds at its peak, given its promp
 ``max_new_tokens`` it was sent with (engines.md §7). The engines' policies are derived from the engines
 (:meth:`planner.sim.engines.base.Engine.peak_tokens`, the rule their loops admit by): vLLM reserves nothing ahead,
 it allocates blocks as tokens are computed and preempts when they run out, so its peak is the request's final
-length. A new engine brings its policy with it; a new alternative is one ``Policy`` entry here.
+length less the last token sampled, which is never fed back. A new engine brings its policy with it; a new
+alternative is one ``Policy`` entry here.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray, blo
                    max_new_grid: np.ndarray | None = None) -> list[dict]:
     """For each policy and ``max_new_tokens``: concurrency ceiling, reserved over used KV, share exceeding.
 
-    ``used`` is what a request really holds at its end (prompt + output within ``max_new_tokens``): the
-    over-reservation factor is mean peak held over mean used.
+    ``used`` is what a request really holds at its end (prompt + output within ``max_new_tokens``, less the last
+    token sampled): the over-reservation factor is mean peak held over mean used.
     """
     prompt, output = np.asarray(prompt, float), np.asarray(output, float)
     if max_new_grid is None:
@@ -106,7 +107,7 @@ def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray, blo
         max_new_grid = np.unique(np.round(np.geomspace(16, top, 24)))
     rows = []
     for value in max_new_grid:
-        used = float(np.mean(prompt + np.minimum(output, value)))
+        used = float(np.mean(prompt + np.maximum(np.minimum(output, value) - 1, 0)))
         share = exceed_share(output, value)
         for policy in POLICIES.values():
             peak = float(np.mean(policy.peak_tokens(prompt, output, value, block_size)))

@@ -141,7 +141,8 @@ class Engine:
 
     def peak_tokens(self, prompt: np.ndarray, output: np.ndarray, max_new: float, block_size: int) -> np.ndarray:
         """KV tokens each request holds at its peak under this engine's admission rule, in whole blocks: a lazy
-        engine its final length less the last token; a reserving one the reservation in force when its last token is generated."""
+        engine its final length less the last token; a reserving one the reservation in force when its last token
+        is generated."""
         prompt = np.asarray(prompt, dtype=float)
         generated = np.minimum(np.asarray(output, dtype=float), max_new)
         if self.reservation == LAZY:

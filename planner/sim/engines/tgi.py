@@ -1,4 +1,4 @@
-"""HF TGI ≥ 3.1.1: input + min(max_new_tokens, 1024) reserved; longer outputs re-queued per 1,024-token chunk."""
+"""HF TGI ≥ 3.1.1: input + min(max_new_tokens, 1024) - 1 reserved; longer outputs re-queued per 1,024-token chunk."""
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def launch_prefix(config: dict, scenario) -> str:
     return env if config["enable_chunked_prefill"] else env + "PREFILL_CHUNKING=0 "
 
 
-ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) fits; a longer "
+ENGINE = Engine("tgi", "HF TGI", "FCFS; admits a request when input + min(max_new_tokens, 1024) - 1 fits; a longer "
                 "output is re-queued per 1,024-token chunk with what it generated as prompt; never preempts "
                 "otherwise. max_num_batched_tokens plays max_batch_prefill_tokens; max_num_seqs caps the batch "
                 "only without chunked prefill (TGI ignores --max-batch-size while chunking).", run,
