@@ -82,6 +82,8 @@ def test_a_v0_request_that_outgrows_the_pool_alone_fails_in_either_preemption_mo
         cfg = EngineSettings(256, 4096, False, 16, blocks, 4096, preemption=mode, swap_s_per_block=1e-4)
         run = ENGINES["vllm-v0"].run(np.zeros(1), np.array([100]), np.array([1501]), cfg, COEFFS, 1000)
         assert bool(run.rejected[0]) is fails and bool(np.isnan(run.finish[0])) is fails
+        # a failed request has no first token for TTFT to count, though it ran
+        assert bool(np.isnan(run.first_token[0])) is fails and bool(np.isnan(run.first_scheduled[0])) is fails
         assert run.preemptions[0] == (1 if fails else 0)
 
 

@@ -48,12 +48,16 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             if swapped[r]:
                 need = blocks[r]
                 if need > num_blocks - watermark or (tokens[r] + block_size) // block_size > num_blocks:
-                    # it outgrew the pool alone: it cannot swap in (vLLM's _can_swap answers NEVER and fails it), or
-                    # swapped in it cannot take its next token, and it swapped out and in forever at one instant
+                    # it outgrew the pool alone: it cannot swap in past the watermark (vLLM fails a group that can
+                    # never swap in, and waits forever on one just short of it), or swapped in it cannot take its
+                    # next token; it swapped out and in forever at one instant. It fails, as a benchmark client
+                    # counts a failed request: no first token
                     head = (head + 1) % (n + 1)
                     size -= 1
                     swapped[r] = False
                     rejected[r] = True
+                    first_token[r] = np.nan
+                    first_sched[r] = np.nan
                     done += 1
                     continue
                 if free - need < watermark:
@@ -63,10 +67,12 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             else:
                 new = prompt[r] + generated[r]
                 need = (new + block_size - 1) // block_size
-                if need > num_blocks - watermark:
+                if need > num_blocks - watermark:       # too long for the pool (re-admitted after running too)
                     head = (head + 1) % (n + 1)
                     size -= 1
                     rejected[r] = True
+                    first_token[r] = np.nan
+                    first_sched[r] = np.nan
                     done += 1
                     continue
                 if prefill_tokens + new > budget or free - need < watermark:
