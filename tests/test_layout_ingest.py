@@ -71,6 +71,10 @@ def test_a_bare_latency_column_takes_the_unit_its_siblings_name(con, tmp_path):
     alone = ingest_file(con, write(tmp_path / "alone.csv", "timestamp,input_tokens,output_tokens,latency\n"
                                    + "".join(f"{i},600,12,{170 + i % 11}\n" for i in range(40))))
     assert alone.units["e2e_ms"] == "s"
+    # but not a unit its values cannot be in: a bare itl of median 25 beside ttft_s is 25 ms a token, not 25 s
+    itl = ingest_file(con, write(tmp_path / "itl.csv", "timestamp,input_tokens,output_tokens,ttft_s,itl\n"
+                                 + "".join(f"{i},600,12,0.{50 + i % 7},{25 + i % 3}\n" for i in range(40))))
+    assert (itl.units["ttft_ms"], itl.units["tpot_ms"]) == ("s", "ms")
 
 
 def bench_result(rate) -> dict:

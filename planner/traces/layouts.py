@@ -104,6 +104,9 @@ GENERIC_ALIASES = {
 
 # Median above which a bare latency column is taken to be in milliseconds rather than seconds.
 _BARE_LATENCY_MS_THRESHOLD = {"ttft_ms": 20.0, "tpot_ms": 1.0, "e2e_ms": 300.0}
+# The largest median (ms) a unit may give a column and still be read in it: 10 minutes to a first token, 10 s a
+# token, an hour a request (a bare itl of median 25 beside ttft_s is 25 ms a token, not 25 s)
+_MOST_PLAUSIBLE_MS = {"ttft_ms": 600_000.0, "tpot_ms": 10_000.0, "e2e_ms": 3_600_000.0}
 
 
 def unit_from_name(column: str) -> str | None:
@@ -220,10 +223,13 @@ def detect_mapping(columns: list[str], overrides: dict[str, str] | None = None,
     return Mapping(name + ("+map" if overrides else ""), mapped, units)
 
 
-def latency_unit(field_name: str, declared: str, median: float | None) -> str:
-    """Resolve an ``auto`` latency unit from the median value (seconds if small, else milliseconds)."""
+def latency_unit(field_name: str, declared: str, median: float | None, sibling: str | None = None) -> str:
+    """Resolve an ``auto`` latency unit: the unit a sibling latency column's name states where the median is
+    plausible in it (:data:`_MOST_PLAUSIBLE_MS`), else from the median (seconds if small, else milliseconds)."""
     if declared != "auto":
         return declared
     if median is None:
-        return "ms"
+        return sibling or "ms"
+    if sibling is not None and median * LATENCY_UNITS[sibling] <= _MOST_PLAUSIBLE_MS[field_name]:
+        return sibling
     return "s" if median < _BARE_LATENCY_MS_THRESHOLD[field_name] else "ms"

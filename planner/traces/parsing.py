@@ -122,16 +122,15 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
                        f"WHEN NOT {readable} THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' "
                        f"WHEN {outside} THEN {lab} || ': ' || {v} || ' read as {time_kind.kind} is not a time "
                        f"between 1973 and 2100 like the column''s others; expected {expected}' END")
-    # a log writes its latencies in one unit: a bare column takes the unit its siblings' names state (ttft_ms
-    # beside a bare `latency` of median 175 read it as seconds, 3,000x the TTFT), and only alone its median's
+    # a log writes its latencies in one unit: a bare column takes the unit its siblings' names state where its
+    # values are plausible in it (ttft_ms beside a bare `latency` of median 175 read it as seconds, 3,000x the
+    # TTFT), else its median's
     named = {units[f] for f in LATENCY_FIELDS if f in mapping.columns and units[f] != "auto"}
     for fld in LATENCY_FIELDS:
         if fld not in mapping.columns:
             continue
-        if units[fld] == "auto" and len(named) == 1:
-            units[fld] = next(iter(named))
         unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
-                            if units[fld] == "auto" else None)
+                            if units[fld] == "auto" else None, next(iter(named)) if len(named) == 1 else None)
         units[fld] = unit
         v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
         parsed.append(f"TRY_CAST({value[fld]} AS DOUBLE) * {LATENCY_UNITS[unit]!r} AS {x}")
