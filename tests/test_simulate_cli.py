@@ -92,7 +92,8 @@ def test_simulate_replays_one_servers_requests_of_a_trace_that_names_several(tmp
     large = cli_json(*args, "--trace-model", "llama-3-70b", db=db)
     assert (small["requests"], large["requests"]) == (5921, 2429) and both["requests"] == 8350
     # the same clock: each server's share of the traffic arrives at its share of the rate
-    assert small["completion_rate_rps"] + large["completion_rate_rps"] == pytest.approx(both["completion_rate_rps"], rel=0.02)
+    assert small["completion_rate_rps"] + large["completion_rate_rps"] == \
+        pytest.approx(both["completion_rate_rps"], rel=0.02)
     assert small["ttft_ms"]["p99"] <= both["ttft_ms"]["p99"]
     for bad, message in ((["--trace-model", "llama"], "--trace-model 'llama': trace 'sample_chat' names no such "
                                                       "model; it names llama-3-8b (5,921), llama-3-70b (2,429)"),
