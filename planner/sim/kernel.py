@@ -180,10 +180,14 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         queue = queues[k]
         running = runs[k]
         head, size, run_count, free, t = heads[k], sizes[k], counts[k], frees[k], clocks[k]
-        # a caller that only needs to know the queue blew past a bound stops here; a preempted request back at the
-        # head has not waited since its arrival (it ran), as the verdict reads waiting
-        if size > 0 and t - arrival[queue[head]] > abort_wait_s and np.isnan(first_sched[queue[head]]):
-            break
+        # a caller that only needs to know the queue blew past a bound stops here: at the first request that never
+        # ran (preempted ones, back at the head, have not waited since their arrival, as the verdict reads waiting)
+        if size > 0 and abort_wait_s < np.inf:
+            first = 0
+            while first < size and not np.isnan(first_sched[queue[(head + first) % ring]]):
+                first += 1
+            if first < size and t - arrival[queue[(head + first) % ring]] > abort_wait_s:
+                break
         if mode == LAZY and size == 0 and 0 < run_count <= token_budget:
             horizon = arrival[next_arrival] if next_arrival < n else np.inf
             for j in range(replicas):
