@@ -27,7 +27,10 @@ cols[1].metric("Failed", f"{info.failed:,}", help="Stored but flagged: zero outp
 cols[2].metric("Rejected", f"{info.rejected:,}", help="Rows not stored, kept with their reason below")
 if arrivals:
     cols[3].metric("Span", f"{arrivals['span_s'] / 60:,.1f} min")
-    cols[4].metric("Mean rate", f"{arrivals['rate_rps']:.3g} req/s" if arrivals["rate_rps"] else "—")
+    offered = arrivals.get("offered_rate_rps")
+    cols[4].metric("Mean rate", f"{arrivals['rate_rps']:.3g} req/s" if arrivals["rate_rps"] else "—",
+                   help="Of the non-failed requests, the rate every replay scales"
+                   + (f"; {offered:.3g} req/s offered, failed requests included" if offered else ""))
 else:
     cols[3].metric("Span", "no times")
 

@@ -48,6 +48,9 @@ def test_stats_equal_numpy(con, tmp_path_factory, seed, n):
     assert arr["span_s"] == pytest.approx(served[-1] - served[0])
     if ok.sum() > 1 and served[-1] > served[0]:
         assert arr["rate_rps"] == pytest.approx((ok.sum() - 1) / (served[-1] - served[0]))
+    # and the offered load counts every request, failed ones too
+    assert arr["offered_rate_rps"] == pytest.approx((n - 1) / (t[-1] - t[0])) if t[-1] > t[0] else \
+        arr["offered_rate_rps"] is None
     if gaps.size and gaps.mean() > 0:
         assert arr["interarrival_cv"] == pytest.approx(gaps.std() / gaps.mean(), rel=1e-6)
     for label, width in (("1s", 1.0), ("10s", 10.0), ("60s", 60.0)):

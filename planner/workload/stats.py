@@ -3,7 +3,7 @@
 Percentiles interpolate linearly between order statistics (numpy's default). Every statistic covers the non-failed
 requests, arrival statistics too: they are the requests the planner replays, so the rate here is the rate every
 replay, search and recommendation scales (:func:`planner.workload.rates.request_rate_rps`); failed requests are
-counted apart.
+counted apart, and ``offered_rate_rps`` gives the rate the clients offered, failed requests included.
 """
 
 from __future__ import annotations
@@ -109,9 +109,14 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
         f"FROM {view} WHERE arrival IS NOT NULL AND NOT failed) WHERE g IS NOT NULL").fetchall()[0]
     mean_gap, sd_gap = gaps
     cv = float(sd_gap / mean_gap) if mean_gap else None
-    return arrival_block(n, span, cv, resolution_s, lambda width: cur.execute(
+    block = arrival_block(n, span, cv, resolution_s, lambda width: cur.execute(
         f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
         f"GROUP BY floor((arrival - ?) / ?))", [first, width]).fetchall()[0][0])
+    # the load the clients offered, failed requests included (a rate limit's 429s were demand too): the rate the
+    # replay serves leaves them out
+    n_all, span_all = cur.execute(f"SELECT count(arrival), max(arrival) - min(arrival) FROM {view}").fetchall()[0]
+    block["offered_rate_rps"] = request_rate_rps(n_all, float(span_all))
+    return block
 
 
 def arrival_block(n: int, span_s: float, cv: float | None, resolution_s: float | None, sum_sq) -> dict:
