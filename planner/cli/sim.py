@@ -246,7 +246,7 @@ def add_recommend_flags(p) -> None:
                    help="e.g. chat:ttft_p99<300, chat:ttft<200,tpot<50@90%% (attainment share) or "
                         "batch:throughput (repeatable); default ttft_p99<200, tpot_p99<50, throughput")
     p.add_argument("--headroom", type=FINITE, default=1.0,
-                   help="size the fleet for the trace at its own rate times this")
+                   help="size the fleet for the trace at its own rate times this (default 1: its own rate)")
     p.add_argument("--max-queue-s", type=FINITE,
                    help="every class's bound on p99 queueing delay, throughput included (default 5 s, as "
                         "Vidur's capacity search)")
