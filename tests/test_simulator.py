@@ -87,6 +87,17 @@ def test_a_v0_request_that_outgrows_the_pool_alone_fails_in_either_preemption_mo
         assert run.preemptions[0] == (1 if fails else 0)
 
 
+def test_requests_larger_than_the_pool_are_said_to_be_rejected():
+    # 140 + 10 tokens need 10 blocks of 16; a 10-block pool schedules 9 (vLLM's null block): all three refused,
+    # which the summary said nothing about (its note named prompts past max_model_len only)
+    work = synthetic("requests=3,input=140,output=10,qps=1,seed=1")
+    summary = summarize(simulate(work, Scenario(MODEL, GPU, num_gpu_blocks=10)))
+    assert (summary.rejected, summary.rejected_too_long, summary.completed) == (3, 0, 0)
+    assert summary.rejection_note.startswith("3 of 3 requests were rejected: each needs more KV blocks than the "
+                                             "10-block pool holds")
+    assert summarize(simulate(work, Scenario(MODEL, GPU, num_gpu_blocks=11))).rejection_note is None
+
+
 def small_kv(**changes) -> Scenario:
     base = dict(max_num_seqs=64, max_num_batched_tokens=512, num_gpu_blocks=400, max_model_len=8192)
     return Scenario(MODEL, GPU, **{**base, **changes})

@@ -233,9 +233,17 @@ class SimulationSummary:
 
     @property
     def rejection_note(self) -> str | None:
-        """Why requests were refused and what to change, in one sentence (None when every prompt fitted)."""
-        return rejection_note(self.requests, self.rejected_too_long, self.longest_prompt, self.max_model_len,
+        """Why requests were refused and what to change (None when every request fitted): prompts past
+        ``max_model_len``, and requests larger than the whole KV pool (a pool vLLM would not start with)."""
+        note = rejection_note(self.requests, self.rejected_too_long, self.longest_prompt, self.max_model_len,
                               self.model_max_len)
+        outgrew = self.rejected - self.rejected_too_long
+        if not outgrew:
+            return note
+        pool = (f"{outgrew:,} of {self.requests:,} requests were rejected: each needs more KV blocks than the "
+                f"{self.settings['num_blocks']:,}-block pool holds (vLLM refuses to start on a pool smaller than one "
+                "max_model_len request); expected a larger pool, or a shorter max_model_len")
+        return f"{note} {pool}" if note else pool
 
     def latency_table(self) -> Table:
         """TTFT, TPOT, E2E and queueing percentiles (ms), one row each."""
