@@ -3,6 +3,8 @@ it sees."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from planner.errors import PlannerError
@@ -15,7 +17,15 @@ def deployment_sign_in() -> SignInSettings | None:
     started some other way."""
     try:
         secrets = st.secrets.to_dict()
-    except (FileNotFoundError, st.errors.StreamlitSecretNotFoundError):
+    except (FileNotFoundError, st.errors.StreamlitSecretNotFoundError) as exc:
+        # no secrets file: one shared workspace. A file that does not read (a TOML syntax error) may hold a
+        # sign-in: serving every workspace to anyone would be the wrong guess, so nothing is served
+        present = [path for path in st.get_option("secrets.files") if Path(path).is_file()]
+        if present:
+            st.title("LLM capacity planner")
+            st.error(f"the secrets file {present[0]} cannot be read ({exc}); expected valid TOML (`python -m "
+                     "planner serve --check` names the problem): until it reads, no page is served")
+            st.stop()
         secrets = {}
     try:
         return sign_in_settings(secrets, st.get_option("server.baseUrlPath"))

@@ -183,6 +183,25 @@ def test_a_malformed_secrets_file_is_named(tmp_path):
         preflight(tmp_path, {"HOME": str(tmp_path / "home")}, tmp_path / "db.duckdb")
 
 
+def test_the_app_serves_nothing_on_a_secrets_file_that_does_not_read(tmp_path, monkeypatch):
+    # a TOML syntax error read as "no secrets" opened every workspace to anyone: the sign-in it may hold is unknown
+    from streamlit import config
+    from streamlit.testing.v1 import AppTest
+
+    secrets_file = tmp_path / "secrets.toml"
+    secrets_file.write_text('[auth\ncookie_secret = "x"\n')
+    monkeypatch.setenv("PLANNER_DB", str(tmp_path / "app.duckdb"))
+    before = config.get_option("secrets.files")
+    config.set_option("secrets.files", [str(secrets_file)])
+    try:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120).run()
+    finally:
+        config.set_option("secrets.files", before)
+    assert not at.exception
+    assert [e.value for e in at.error][0].startswith(f"the secrets file {secrets_file} cannot be read (")
+    assert not at.get("selectbox") and not at.button
+
+
 def test_the_app_shows_only_the_problem_when_started_around_the_entrypoint(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
