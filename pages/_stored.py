@@ -50,8 +50,9 @@ def stored_traces(owner: str | None) -> None:
             except PlannerError as exc:
                 st.error(str(exc))
             else:
-                if owner is None:       # deleted: its id may come back with other data (a removal keeps it)
-                    forget_results()
+                # its id comes back if its bytes are ingested again (read another way): a removal that took the
+                # last workspace's link deleted it too
+                forget_results()
                 st.session_state["traces_said"] = (f"Deleted {by_id[doomed]} ({doomed})." if owner is None else
                                                       f"Removed {by_id[doomed]} ({doomed}) from your workspace.")
                 st.rerun()
