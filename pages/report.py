@@ -25,8 +25,11 @@ if st.button("Build and save the report", type="primary", key="report_build"):
     try:
         rec = None
         if info.has_timestamps:     # the Recommend page's cached search, when it ran with the same settings
-            rec = recommendation(info.trace_id, s, options,
-                                 lambda f, m: bar.progress(0.8 * min(f, 1.0), text=f"recommending: {m}"))
+            try:
+                rec = recommendation(info.trace_id, s, options,
+                                     lambda f, m: bar.progress(0.8 * min(f, 1.0), text=f"recommending: {m}"))
+            except PlannerError:    # no recommendation (every request at one instant): the report says why, as
+                rec = None          # the CLI's does, where the page saved nothing
         report = build_report(connection(), info.trace_id, s, options, recommendation=rec,
                               progress=lambda f, m: bar.progress(0.8 + 0.15 * min(f, 1.0), text=m))
         bar.progress(0.96, text="rendering charts")

@@ -16,7 +16,7 @@ from planner.catalog.presets import get_model
 from planner.recommend.plan import RecommendOptions
 from planner.report.build import build_report
 from planner.report.render import SECTIONS, chart_svgs, to_html, to_markdown
-from planner.report.store import load_report, publish_report
+from planner.report.store import list_reports, load_report, publish_report
 from planner.scenario import Scenario
 from planner.traces import store
 from planner.traces.ingest import ingest_file
@@ -274,6 +274,23 @@ def test_the_report_page_builds_saves_and_lists_a_report(tmp_path, monkeypatch):
     con.close()
 
 
+def test_the_report_page_saves_a_report_without_a_recommendation_as_the_cli_does(tmp_path, monkeypatch):
+    # every request at one instant: no rate to scale; the CLI's report says so, the page saved nothing
+    db = tmp_path / "page.duckdb"
+    page_con = store.open_store(db)
+    body = "".join(f"0,{100 + i},20\n" for i in range(40))
+    (tmp_path / "burst.csv").write_text("arrival,input_tokens,output_tokens\n" + body)
+    ingest_file(page_con, tmp_path / "burst.csv", name="burst")
+    page_con.close()
+    at = app_page("pages/report.py", db, monkeypatch, timeout=240, trace="burst", max_len="4096")
+    at.button(key="report_build").click().run()
+    assert not at.exception and not at.error and at.success[0].value.startswith("Saved: Capacity report: burst")
+    con = store.open_store(db)
+    (saved,) = list_reports(con)
+    assert "distinct arrival times" in load_report(con, saved["report_id"]).body["recommendations"]["error"]
+    con.close()
+
+
 def test_degenerate_traces_still_report_and_markdown_names_stay_text(con, tmp_path):
     # three requests within half a second, every length the same; a name that Markdown would make an image
     path = tmp_path / "tiny.csv"
@@ -285,6 +302,18 @@ def test_degenerate_traces_still_report_and_markdown_names_stay_text(con, tmp_pa
     assert "<section id=\"recommendations\">" in page
     prose = re.sub(r"```.*?```", "", md, flags=re.S)
     assert "](" not in prose.replace("\\]\\(", "") and "*x*" not in prose and "\\!\\[t\\]\\(https" in prose
+
+
+def test_a_calibration_file_name_cannot_add_a_line_to_the_reproduce_command():
+    from dataclasses import replace
+
+    from planner.report.build import reproduce_command
+    from planner.sim.cost_model import CostParams
+
+    source = "calibrated (fit.json\ntouch /tmp/x\n#)"
+    scenario = Scenario(MODEL, GPU, cost=replace(CostParams(), source=source))
+    command = reproduce_command("abc", scenario, RecommendOptions())
+    assert "\n" not in command and command.endswith("# calibrated (fit.json touch /tmp/x #)")
 
 
 def test_repeated_class_names_are_refused():

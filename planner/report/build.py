@@ -7,6 +7,7 @@ the HTML and Markdown twins from it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shlex
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
@@ -201,5 +202,7 @@ def reproduce_command(trace_id: str, scenario: Scenario, options: RecommendOptio
     parts += [f"--slo {shlex.quote(s)}" for s in options.slos]
     parts.append("-o report.html")
     if scenario.cost.source != CostParams().source:
-        parts.append(f"--calibration CALIBRATION.json  # {scenario.cost.source}")
+        # the source names an uploaded file: a line break in its name would start a command of its own
+        source = re.sub(r"[\x00-\x1f\x7f]+", " ", scenario.cost.source)
+        parts.append(f"--calibration CALIBRATION.json  # {source}")
     return " ".join(parts)
