@@ -129,6 +129,10 @@ def test_workspaces_list_each_users_traces_and_the_shared_ones(con, tmp_path):
     store.remove_trace(con, alice.trace_id, "bob@example.com")                # bob's link goes, alice keeps it
     assert "a" in {t.name for t in store.list_traces(con, "alice@example.com")}
     assert "a" not in {t.name for t in store.list_traces(con, "bob@example.com")}
+    # the same bytes read another way: a trace of bob's own, and no note naming alice's trace or its id
+    other = ingest_file(con, tmp_path / "a.csv", owner="bob@example.com", unit_overrides={"arrival": "ms"})
+    assert other.trace_id != alice.trace_id and not any(alice.trace_id in n for n in other.notes)
+    store.remove_trace(con, other.trace_id, "bob@example.com")
     # the shared sample uploaded again by a signed-in user stays shared, not taken into one workspace
     assert ingest_file(con, SAMPLE_PATH, owner="bob@example.com").duplicate_of == shared.trace_id
     assert "sample" in {t.name for t in store.list_traces(con, "alice@example.com")}

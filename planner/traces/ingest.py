@@ -153,7 +153,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 duplicate = already_stored(cur, sha, owner, reading)
                 report(1.0, "already stored")
                 return duplicate
-            trace_id = _trace_id(cur, sha, read, reading, notes)
+            trace_id = _trace_id(cur, sha, read, reading, notes, owner)
             data = store.requests_data_table(trace_id)
             cur.execute(f"ALTER TABLE {store.quote_ident(staging)} RENAME TO {data}")
             report(0.9, "collecting rejects")
@@ -239,18 +239,20 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
 
 
 def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dict, dict | None], reading: str,
-              notes: list[str]) -> str:
+              notes: list[str], owner: str | None = None) -> str:
     """The id of a new trace of these bytes, read as ``read`` (columns, units, dialect; ``reading`` is its
     :func:`planner.traces.store.read_as`): their hash's first 16 digits, or, where those bytes are stored read
-    another way, the hash of both (and a note naming that trace)."""
+    another way, the hash of both (and a note naming that trace, where ``owner``'s workspace sees it: another
+    workspace's trace names and ids are its own)."""
     other = store.find_by_hash(cur, sha256)
     if other is None:
         return sha256[:16]
-    changed = [what for what, was, now in zip(("columns", "units", "CSV dialect"),
-                                              (other.mapping, other.units, other.dialect), read, strict=True)
-               if was != now]
-    notes.append(f"the same bytes are stored as {other.name} ({other.trace_id}), read with other "
-                 f"{' and '.join(changed)}: this is another reading of them")
+    if owner is None or any(t.trace_id == other.trace_id for t in store.list_traces(cur, owner)):
+        changed = [what for what, was, now in zip(("columns", "units", "CSV dialect"),
+                                                  (other.mapping, other.units, other.dialect), read, strict=True)
+                   if was != now]
+        notes.append(f"the same bytes are stored as {other.name} ({other.trace_id}), read with other "
+                     f"{' and '.join(changed)}: this is another reading of them")
     return hashlib.sha256(f"{sha256}\n{reading}".encode()).hexdigest()[:16]
 
 
