@@ -31,6 +31,27 @@ def test_log_bins_conserve_counts_and_density_integrates_to_one(capped_lengths):
     assert float(((bins["hi"] - bins["lo"]) * bins["density"]).sum()) == pytest.approx(1.0)
 
 
+def test_length_charts_show_the_lengths_the_fit_saw_in_whole_tokens():
+    # 30% zero-token outputs, which the fit drops: the charts dropped none (median 31 against the fit's 55)
+    rng = np.random.default_rng(1)
+    raw = np.concatenate([np.zeros(3_000), np.maximum(np.rint(rng.lognormal(4.0, 1.0, 7_000)), 1)])
+    x, w = counts_of(raw)
+    fit = fit_lengths(x, w)
+    bins = charts.log_bins(x, w)
+    assert bins["count"].sum() == 7_000 and bins["lo"].min() == raw[raw > 0].min() - 0.5
+    # whole-token bins: each bin's density is the mean per-token share of the tokens it holds
+    positive = raw[raw > 0]
+    for lo, hi, density in bins.select("lo", "hi", "density").iter_rows():
+        tokens = np.arange(lo + 0.5, hi + 0.5)
+        assert density == pytest.approx(np.isin(positive, tokens).mean() / tokens.size)
+    table = charts.qq_table(x, w, fit)
+    at_median = int(np.argmin(np.abs(table["p"].to_numpy() - 0.5)))
+    assert table["empirical"][at_median] == pytest.approx(fit.empirical_quantiles["p50"], abs=1.0)
+    # no family fitted: the QQ view is empty, not an error
+    empty = fit.__class__(**{**fit.__dict__, "candidates": []})
+    assert charts.qq_table(x, w, empty).height == 0 and "$schema" in spec(charts.qq_chart(x, w, empty, "q"))
+
+
 def test_every_builder_exports_within_the_row_limit(capped_lengths):
     x, w, fit = capped_lengths
     t = np.cumsum(np.random.default_rng(3).exponential(0.01, 300_000))   # ~50 min at 100 req/s

@@ -24,15 +24,30 @@ def _shown(fit: LengthFit, top: int) -> list[Candidate]:
     return [c for c in fit.candidates if c.dist is not None][:top]
 
 
+def _fitted(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The lengths a fit saw (``fit_lengths`` drops non-positive ones: 30% zero outputs put the chart's median at 31
+    where the fit's was 55), and whether they are whole tokens (the fit reads token ``k`` as ``[k − ½, k + ½)``)."""
+    keep = x > 0
+    x, w = x[keep], w[keep]
+    return x, w, bool(np.all(np.mod(x, 1.0) == 0))
+
+
 def log_bins(x: np.ndarray, w: np.ndarray, bins: int = 48) -> pl.DataFrame:
-    """Counts of ``(x, w)`` in log-spaced bins: ``lo, hi, count, density`` (density per unit of x, over all n)."""
-    lo = max(float(x.min()), 0.5)
-    edges = np.geomspace(lo, float(x.max()) * 1.0001, bins + 1)
-    idx = np.clip(np.searchsorted(edges, np.maximum(x, lo), side="right") - 1, 0, bins - 1)
-    counts = np.bincount(idx, weights=w, minlength=bins)
-    width = np.diff(edges)
+    """Counts of positive ``(x, w)`` in log-spaced bins: ``lo, hi, count, density`` (density per unit of x, over all
+    n). Whole tokens get bins of whole tokens (edges at half-integers): a bin narrower than a token divided one
+    token's count by a fraction of a token (5x the density at 1-2 tokens)."""
+    x, w, whole = _fitted(x, w)
+    edges = np.geomspace(max(float(x.min()), 0.5), float(x.max()) * 1.0001, bins + 1)
+    if whole:
+        tokens = np.unique(np.round(edges))
+        tokens[0] = min(tokens[0], x.min())
+        if tokens[-1] <= x.max():
+            tokens = np.append(tokens, x.max() + 1)
+        edges = tokens - 0.5
+    idx = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, edges.size - 2)
+    counts = np.bincount(idx, weights=w, minlength=edges.size - 1)
     return pl.DataFrame({"lo": edges[:-1], "hi": edges[1:], "count": counts,
-                         "density": counts / (w.sum() * width)})
+                         "density": counts / (w.sum() * np.diff(edges))})
 
 
 def length_histogram(x: np.ndarray, w: np.ndarray, fit: LengthFit, title: str,
@@ -64,12 +79,14 @@ def _quantile_grid(censored_fraction: float) -> np.ndarray:
 
 
 def cdf_chart(x: np.ndarray, w: np.ndarray, fit: LengthFit, title: str, top: int = TOP_FAMILIES) -> alt.Chart:
-    """Empirical CDF against the best fitted CDFs, on a log axis."""
+    """Empirical CDF against the best fitted CDFs, on a log axis (whole tokens: ``P(X ≤ k)`` is the fit's CDF at
+    ``k + ½``, the end of token ``k``'s interval)."""
+    x, w, whole = _fitted(x, w)
     probs = np.linspace(0.0, 1.0, 401)[1:-1]
     empirical = pl.DataFrame({"tokens": [exact_quantile(x, w, p) for p in probs], "cdf": probs,
                               "source": "empirical"})
-    fitted = [pl.DataFrame({"tokens": empirical["tokens"].to_numpy(),
-                            "cdf": c.dist.cdf(empirical["tokens"].to_numpy()), "source": c.family})
+    at = empirical["tokens"].to_numpy() + (0.5 if whole else 0.0)
+    fitted = [pl.DataFrame({"tokens": empirical["tokens"].to_numpy(), "cdf": c.dist.cdf(at), "source": c.family})
               for c in _shown(fit, top)]
     data = pl.concat([empirical, *fitted]).filter(pl.col("tokens") > 0)
     return alt.Chart(data).mark_line().encode(
@@ -82,16 +99,20 @@ def cdf_chart(x: np.ndarray, w: np.ndarray, fit: LengthFit, title: str, top: int
 
 def qq_table(x: np.ndarray, w: np.ndarray, fit: LengthFit, top: int = TOP_FAMILIES) -> pl.DataFrame:
     """Empirical against fitted quantiles on a probability grid below the censored fraction."""
+    x, w, _ = _fitted(x, w)
     probs = _quantile_grid(fit.censored_fraction)
     empirical = np.array([exact_quantile(x, w, p) for p in probs])
-    return pl.concat([pl.DataFrame({"p": probs, "empirical": empirical, "fitted": c.dist.ppf(probs),
-                                    "family": c.family}) for c in _shown(fit, top)])
+    frames = [pl.DataFrame({"p": probs, "empirical": empirical, "fitted": c.dist.ppf(probs), "family": c.family})
+              for c in _shown(fit, top)]
+    # no family converged: an empty table of the same columns (concatenating none raised)
+    return pl.concat(frames) if frames else pl.DataFrame(schema={"p": pl.Float64, "empirical": pl.Float64,
+                                                                  "fitted": pl.Float64, "family": pl.String})
 
 
 def qq_chart(x: np.ndarray, w: np.ndarray, fit: LengthFit, title: str, top: int = TOP_FAMILIES) -> alt.LayerChart:
     """QQ plot (log-log): a family that fits keeps to the diagonal."""
     data = qq_table(x, w, fit, top).filter((pl.col("empirical") > 0) & (pl.col("fitted") > 0))
-    lo, hi = float(data["empirical"].min()), float(data["empirical"].max())
+    lo, hi = (float(data["empirical"].min()), float(data["empirical"].max())) if data.height else (1.0, 1.0)
     diagonal = alt.Chart(pl.DataFrame({"v": [lo, hi]})).mark_line(color="gray", strokeDash=[2, 2]).encode(
         x="v:Q", y="v:Q")
     points = alt.Chart(data).mark_point(size=14, filled=True).encode(
