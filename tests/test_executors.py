@@ -64,6 +64,19 @@ def test_a_failing_simulation_raises_its_own_error_in_the_caller(executor):
         chosen.submit(simulate, WORK, v0, fleet=Fleet(2, "least-loaded")).result()
 
 
+def test_a_worker_that_dies_mid_call_is_one_clear_error_and_the_pool_is_replaced():
+    import os
+
+    from planner.executors.processes import ProcessExecutor
+
+    pool = ProcessExecutor.shared(3)
+    # the call kills its worker: a bare BrokenProcessPool came back from the future, not the message
+    with pytest.raises(PlannerError, match=r"^a local worker process died \(out of memory\?\)"):
+        pool.submit(os._exit, 1).result()
+    assert pool.broken and ProcessExecutor.shared(3) is not pool
+    assert ProcessExecutor.shared(3).submit(sum, [1, 2]).result() == 3
+
+
 @pytest.mark.parametrize("workers", [0, -1, True, 1.5])
 def test_a_worker_count_below_one_is_refused(workers):
     with pytest.raises(PlannerError, match="--workers"):

@@ -19,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from planner.errors import PlannerError
 
 _POOLS: dict[int, ProcessExecutor] = {}
+_DIED = "a local worker process died (out of memory?); run again, or with --workers 1 to simulate in this process"
 _LOCK = threading.Lock()
 
 
@@ -68,11 +69,25 @@ class ProcessExecutor:
         return getattr(self._pool, "_broken", False) is not False
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
+        """``fn(*args, **kwargs)`` in a worker; a worker that dies, at submission or while the call runs, is one
+        :class:`PlannerError` saying so (a death mid-call surfaced as a bare BrokenProcessPool)."""
         try:
-            return self._pool.submit(fn, *args, **kwargs)
+            inner = self._pool.submit(fn, *args, **kwargs)
         except BrokenProcessPool:
-            raise PlannerError("a local worker process died (out of memory?); run again, or with --workers 1 "
-                               "to simulate in this process") from None
+            raise PlannerError(_DIED) from None
+        out: Future = Future()
+
+        def relay(done: Future) -> None:
+            if done.cancelled():        # the pool shut down before it ran
+                out.cancel()
+                return
+            exc = done.exception()
+            if exc is None:
+                out.set_result(done.result())
+            else:
+                out.set_exception(PlannerError(_DIED) if isinstance(exc, BrokenProcessPool) else exc)
+        inner.add_done_callback(relay)
+        return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
