@@ -1,5 +1,7 @@
 """Chart builders: the numbers behind each chart, and specs that export outside Streamlit (reports)."""
 
+import json
+
 import altair as alt
 import numpy as np
 import pytest
@@ -149,6 +151,13 @@ def test_a_sweeps_overloaded_points_are_crossed_and_an_aborted_throughput_left_o
     crosses = [[layer for layer in panel["layer"] if layer.get("mark", {}).get("shape") == "cross"]
                for panel in panels]
     assert [len(c) for c in crosses] == [1, 1, 0]           # TTFT, TPOT; none on throughput
+    # a metric no request has is inf: left off the axis, as the report's JSON has it, not a literal Infinity
+    points[0]["tpot_p99_ms"] = float("inf")
+    text = json.dumps(spec(recommend_charts.sweep_chart(points, "max_num_seqs")))
+    assert "Infinity" not in text
+    tornado = recommend_charts.tornado_chart([{"factor": "KV pool", "change": "-20%", "value_ms": float("inf"),
+                                               "baseline_ms": 4.0}], "TTFT p99")
+    assert "Infinity" not in json.dumps(spec(tornado))
 
 
 def test_the_memory_breakdown_is_a_banded_bar_of_the_whole_gpu():

@@ -15,12 +15,19 @@ if TYPE_CHECKING:
 METRICS = {"ttft_p99_ms": "TTFT p99 (ms)", "tpot_p99_ms": "TPOT p99 (ms)", "throughput_tok_s": "output tok/s"}
 
 
+def _finite(rows: list[dict]) -> list[dict]:
+    """Rows with their infinite values left off the axis (None): a metric no request has (an aborted replay's queue)
+    is inf, which Altair writes as a literal Infinity that breaks the axis (a report's JSON reads it as null)."""
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            for row in rows]
+
+
 def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
                 slo_lines: dict[str, float] | None = None, bands: list[dict] | None = None) -> alt.HConcatChart:
     """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value, the
     spread across resampled traces where ``bands`` gives it, and a red cross on each overloaded point (its latency
     a floor; its throughput, where the search stopped it early, left out)."""
-    frame = pl.DataFrame(points)
+    frame = pl.DataFrame(_finite(points))
     panels = []
     for column, title in METRICS.items():
         base = alt.Chart(frame).mark_line(point=True).encode(
@@ -29,7 +36,7 @@ def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
             tooltip=[alt.Tooltip(f"{knob}:Q"), alt.Tooltip(f"{column}:Q", format=",.1f")])
         layers = [base]
         if bands and f"{column}_lo" in bands[0]:
-            layers.insert(0, alt.Chart(pl.DataFrame(bands)).mark_area(opacity=0.2).encode(
+            layers.insert(0, alt.Chart(pl.DataFrame(_finite(bands))).mark_area(opacity=0.2).encode(
                 x=f"{knob}:Q", y=f"{column}_lo:Q", y2=f"{column}_hi:Q"))
         overloaded = frame.filter(pl.col("overloaded")) if "overloaded" in frame.columns else frame.clear()
         if overloaded.height and column != "throughput_tok_s":     # the search stopped these: a floor, not a value
@@ -61,7 +68,7 @@ def pareto_chart(points: list[dict], front: list[dict]) -> alt.LayerChart:
 def tornado_chart(rows: list[dict], metric: str) -> alt.Chart:
     """How far ±20% in rate, output length, burstiness and KV pool move the class's metric (``metric``, its
     label, e.g. ``TTFT p99``: a throughput class has no SLO, and its tornado moves E2E p99)."""
-    frame = pl.DataFrame(rows).with_columns((pl.col("value_ms") - pl.col("baseline_ms")).alias("delta_ms"))
+    frame = pl.DataFrame(_finite(rows)).with_columns((pl.col("value_ms") - pl.col("baseline_ms")).alias("delta_ms"))
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("factor:N", title=None), x=alt.X("delta_ms:Q", title=f"change of {metric} (ms)"),
         color=alt.Color("change:N", title=None),
@@ -74,11 +81,9 @@ def fleet_chart(row: ClassRecommendation, max_queue_s: float) -> alt.HConcatChar
     point per fleet simulated, filled where the class holds."""
     fleet = row.fleet
     metric = row.slo_focus_label
-    def finite(v: float) -> float | None:       # an aborted fleet's infinite queue is left off the axis
-        return v if math.isfinite(v) else None
-    frame = pl.DataFrame([{"replicas": p.replicas, "metric_ms": finite(p.metric_ms),
-                           "queue_p99_ms": finite(p.queue_p99_ms), "holds": "holds" if p.holds else "fails",
-                           "verdict": p.verdict} for p in fleet.curve])
+    frame = pl.DataFrame(_finite([{"replicas": p.replicas, "metric_ms": float(p.metric_ms),
+                                   "queue_p99_ms": float(p.queue_p99_ms), "holds": "holds" if p.holds else "fails",
+                                   "verdict": p.verdict} for p in fleet.curve]))
     panels = []
     for column, title, limit in (("metric_ms", f"{metric} (ms)", row.slo_limit_ms),
                                  ("queue_p99_ms", "queueing p99 (ms)", max_queue_s * 1e3)):
