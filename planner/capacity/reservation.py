@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from planner.sim.engines import ENGINES
+from planner.sim.engines.base import kv_tokens_held
 from planner.sim.kernel import LAZY
 
 
@@ -107,7 +108,7 @@ def tradeoff_table(pool_tokens: int, prompt: np.ndarray, output: np.ndarray, blo
         max_new_grid = np.unique(np.round(np.geomspace(16, top, 24)))
     rows = []
     for value in max_new_grid:
-        used = float(np.mean(prompt + np.maximum(np.minimum(output, value) - 1, 0)))
+        used = float(np.mean(kv_tokens_held(prompt, np.minimum(output, value))))
         share = exceed_share(output, value)
         for policy in POLICIES.values():
             peak = float(np.mean(policy.peak_tokens(prompt, output, value, block_size)))

@@ -146,12 +146,18 @@ class Engine:
         prompt = np.asarray(prompt, dtype=float)
         generated = np.minimum(np.asarray(output, dtype=float), max_new)
         if self.reservation == LAZY:
-            held = prompt + np.maximum(generated - 1, 0)      # the last token sampled is never fed back: no KV
+            held = kv_tokens_held(prompt, generated)
         else:
             held = reserved_tokens.py_func(self.reservation, prompt, np.maximum(generated - 1, 0),
                                            np.broadcast_to(float(max_new), prompt.shape))
         block = self.block_tokens or block_size
         return np.ceil(held / block) * block
+
+
+def kv_tokens_held(prompt: np.ndarray, generated: np.ndarray) -> np.ndarray:
+    """KV tokens a request holds once it has generated ``generated`` tokens, blocks allocated as tokens are computed
+    (vLLM): every token but the last sampled, which is never fed back (16 + 1 tokens hold one 16-token block)."""
+    return prompt + np.maximum(generated - 1, 0)
 
 
 # vLLM names a 16-bit KV cache by its torch dtype (bfloat16 from 0.11, float16 later); "auto" is the model's own
