@@ -101,7 +101,9 @@ def scenario() -> Scenario:
     kv_dtype = c[1].selectbox("KV cache dtype", ["auto", "fp8"], key="kv_dtype", **SHARED)
     weight_dtype = c[2].selectbox("Weights", ["model default"] + list(WEIGHT_BYTES), key="weights", **SHARED,
                                   help=f"model default: {shown['weight_dtype']}")
-    block = c[3].selectbox("Block size", [16, 32, 64], key="block", **SHARED)
+    block = c[3].selectbox("Block size", ["auto", 16, 32, 64, 128], key="block", **SHARED,
+                           help="vLLM's --block-size. auto: 16, or 64 for an MLA model (DeepSeek) on Hopper, where "
+                                "vLLM's FlashMLA backend forces multiples of 64 (it raises a smaller size to 64)")
     price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, format="%g",
                               key="price", **SHARED, help="Your price; the default is a typical on-demand cloud rate")
     gpu = GPUS[gpu_name].with_price(price)
@@ -165,7 +167,7 @@ def scenario() -> Scenario:
             gpu, overheads = overheads_from_log(log_text, gpu, util, overheads.vllm_version)
         out = Scenario(model, gpu, tp=int(tp), weight_dtype=None if weight_dtype == "model default" else weight_dtype,
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
-                       block_size=int(block), num_gpu_blocks=override, max_num_seqs=seqs,
+                       block_size=None if block == "auto" else int(block), num_gpu_blocks=override, max_num_seqs=seqs,
                        max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
                        prefix_caching=caching, async_scheduling=ASYNC[lagged],
                        preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",

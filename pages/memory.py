@@ -38,7 +38,8 @@ m[1].metric("KV per token", f"{plan.kv_bytes_per_token / 1024:,.0f} KiB",
             help=f"All layers, one replica; per GPU {plan.kv_bytes_per_token_per_gpu / 1024:,.1f} KiB")
 m[2].metric("KV pool per GPU", f"{plan.kv_pool_bytes / GiB:.2f} GiB", help="vLLM: Available KV cache memory")
 m = st.columns(3)
-m[0].metric("KV tokens per GPU", f"{plan.kv_capacity_tokens:,}", help=f"{plan.num_blocks:,} blocks")
+m[0].metric("KV tokens per GPU", f"{plan.kv_capacity_tokens:,}",
+            help=f"{plan.num_blocks:,} blocks of {plan.block_size} tokens")
 m[1].metric("Max concurrency", f"{plan.max_concurrency:.2f}x",
             help=f"vLLM: Maximum concurrency for {plan.max_model_len:,} tokens per request")
 if report.trace:

@@ -7,8 +7,6 @@ recommendation, diagnosis and report. Defaults that depend on other fields (``ma
 from __future__ import annotations
 
 import hashlib
-import math
-import numbers
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -19,7 +17,8 @@ from planner.catalog.gpus import GPU, GiB
 from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gpu
 from planner.catalog.releases import VLLM_ENGINES, VllmRelease, default_version, engine_versions, vllm_release
 from planner.errors import PlannerError
-from planner.sim.cost_model import PARAM_RANGES, CostParams, coefficients, swap_block_seconds
+from planner.scenario_checks import FLAGS, check_cost, check_overheads, choice, integer, number
+from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
 from planner.sim.engines import ENGINES, EngineSettings
 
 if TYPE_CHECKING:
@@ -33,15 +32,9 @@ PRIORITIES = ("fcfs", "shortest-predicted")
 # dtype or TP is off by 1.5x or more
 LOG_WEIGHTS_TOLERANCE = 1.15
 # fields whose default depends on others: None asks for it, and the resolved value records that it was asked
-AUTO_FIELDS = ("weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling")
-# how each field is spelled on the command line (planner.cli.scenario_args registers them; errors name them)
-FLAGS = {"model": "--model", "gpu": "--gpu", "tp": "--tp", "weight_dtype": "--weight-dtype",
-         "kv_cache_dtype": "--kv-cache-dtype", "gpu_memory_utilization": "--gpu-mem-util",
-         "max_model_len": "--max-model-len", "block_size": "--block-size", "num_gpu_blocks": "--num-gpu-blocks",
-         "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
-         "engine": "--engine", "chunked_prefill": "--no-chunked-prefill", "preemption": "--preemption",
-         "max_new_tokens": "--max-new-tokens", "reserve_quantile": "--reserve-predicted", "priority": "--priority",
-         "price": "--price", "prefix_caching": "--no-prefix-cache", "async_scheduling": "--no-async-scheduling"}
+AUTO_FIELDS = ("weight_dtype", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",
+               "async_scheduling")
+
 
 
 @dataclass(frozen=True)
@@ -50,8 +43,9 @@ class Scenario:
 
     Attributes
     ----------
-    weight_dtype, max_model_len, max_num_seqs, max_num_batched_tokens, async_scheduling
-        ``None`` asks for the default (the model's dtype and ``max_position_embeddings``; ``vllm serve``'s limits
+    weight_dtype, max_model_len, block_size, max_num_seqs, max_num_batched_tokens, async_scheduling
+        ``None`` asks for the default (the model's dtype and ``max_position_embeddings``; vLLM's 16-token blocks,
+        those an MLA model's backend forces on the GPU, :attr:`GPU.mla_block_size`; ``vllm serve``'s limits
         for the GPU, the budget raised to ``max_model_len`` without chunked prefill; async scheduling as the vLLM
         release does, :attr:`release`); after construction they hold the value that applies and :attr:`auto`
         names those that were defaulted.
@@ -77,7 +71,7 @@ class Scenario:
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
-    block_size: int = 16
+    block_size: int | None = None
     num_gpu_blocks: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
@@ -99,34 +93,32 @@ class Scenario:
         set_ = object.__setattr__
         set_(self, "auto", frozenset(f for f in AUTO_FIELDS if getattr(self, f) is None)
              | ({"vllm_version"} if self.overheads.vllm_version is None else set()))
-        tp = _integer("tp", self.tp, low=1)
+        tp = integer("tp", self.tp, low=1)
         set_(self, "tp", tp)
         self._check_tp(tp)
         base = defaults(self.model, self.gpu)
         set_(self, "weight_dtype", self.weight_dtype or base["weight_dtype"])
-        _choice("weight_dtype", self.weight_dtype, WEIGHT_BYTES)
-        _choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPE_BYTES)
-        util = _number("gpu_memory_utilization", self.gpu_memory_utilization)
+        choice("weight_dtype", self.weight_dtype, WEIGHT_BYTES)
+        choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPE_BYTES)
+        util = number("gpu_memory_utilization", self.gpu_memory_utilization)
         if not 0 < util <= 1:
             raise PlannerError(f"--gpu-mem-util {util:g}: expected a fraction of GPU memory in (0, 1]")
         set_(self, "gpu_memory_utilization", util)
         limit = self.model.max_position
-        max_len = (_integer("max_model_len", self.max_model_len, low=1) if self.max_model_len is not None
+        max_len = (integer("max_model_len", self.max_model_len, low=1) if self.max_model_len is not None
                    else base["max_model_len"])
         if max_len > limit:
             raise PlannerError(f"--max-model-len {max_len}: {self.model.name} has max_position_embeddings {limit:,}; "
                                f"expected at most {limit:,} (vLLM refuses longer without "
                                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
         set_(self, "max_model_len", max_len)
-        if self.block_size not in BLOCK_SIZES:
-            raise PlannerError(f"--block-size {self.block_size!r}: expected one of "
-                               f"{', '.join(map(str, BLOCK_SIZES))} (vLLM's block sizes)")
         if self.num_gpu_blocks is not None:
-            set_(self, "num_gpu_blocks", _integer("num_gpu_blocks", self.num_gpu_blocks, low=1))
+            set_(self, "num_gpu_blocks", integer("num_gpu_blocks", self.num_gpu_blocks, low=1))
         self._resolve_limits()
         engine = ENGINES.get(self.engine)
         if engine is None:
             raise PlannerError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
+        self._resolve_block_size(engine.name)
         if util == 1 and engine.full_memory_refusal:
             raise PlannerError(f"--gpu-mem-util 1: {engine.full_memory_refusal}; expected a fraction below 1")
         if self.preemption not in engine.preemption_modes:
@@ -135,17 +127,17 @@ class Scenario:
                                f"{' or '.join(engine.preemption_modes)}"
                                + (", or --engine vllm-v0 to swap" if self.preemption == "swap" else ""))
         if self.max_new_tokens is not None:
-            set_(self, "max_new_tokens", _integer("max_new_tokens", self.max_new_tokens, low=1))
-        _choice("priority", self.priority, PRIORITIES)
+            set_(self, "max_new_tokens", integer("max_new_tokens", self.max_new_tokens, low=1))
+        choice("priority", self.priority, PRIORITIES)
         if self.reserve_quantile is not None:
-            q = _number("reserve_quantile", self.reserve_quantile)
+            q = number("reserve_quantile", self.reserve_quantile)
             if not 0 < q < 1:
                 raise PlannerError(f"--reserve-predicted {q:g}: expected a quantile such as 0.75 or 0.95")
         if (self.reserve_quantile is not None or self.priority != "fcfs") and engine.name != "vllm-v1":
             raise PlannerError(f"--reserve-predicted and --priority are remedies of the vllm-v1 engine, not of "
                                f"{engine.name}")
         self._resolve_release(engine.name)
-        _check_overheads(self.overheads)
+        check_overheads(self.overheads)
         self._check_logged_weights()
         if self.async_scheduling is None:
             set_(self, "async_scheduling", self.release.async_scheduling)
@@ -154,8 +146,8 @@ class Scenario:
         elif not engine.v1_runtime:
             raise PlannerError(f"--{'' if self.async_scheduling else 'no-'}async-scheduling is a setting of vLLM V1's "
                                f"scheduler, not of {engine.name}; expected --engine vllm-v1, or neither flag")
-        _check_cost(self.cost)
-        price = _number("price", self.gpu.price_per_hour)
+        check_cost(self.cost)
+        price = number("price", self.gpu.price_per_hour)
         if price < 0:
             raise PlannerError(f"--price {price:g}: expected a non-negative price per GPU-hour")
 
@@ -164,6 +156,19 @@ class Scenario:
             raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
                                f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
                                f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")
+
+    def _resolve_block_size(self, engine: str) -> None:
+        """vLLM's 16 unless given; an MLA model on a vLLM engine takes the block its GPU's MLA backend forces
+        (:attr:`GPU.mla_block_size`: 64 on Hopper), as vLLM raises a given size that is not a multiple of it."""
+        size = 16 if self.block_size is None else self.block_size
+        if size not in BLOCK_SIZES:
+            raise PlannerError(f"--block-size {size!r}: expected one of {', '.join(map(str, BLOCK_SIZES))} "
+                               "(vLLM's block sizes)")
+        forced = self.gpu.mla_block_size if self.model.mla is not None and engine in VLLM_ENGINES else 1
+        if size % forced:       # then set by the model and GPU, as a default is: a new GPU resolves it again
+            size = forced
+            object.__setattr__(self, "auto", self.auto | {"block_size"})
+        object.__setattr__(self, "block_size", size)
 
     def _resolve_release(self, engine: str) -> None:
         """The vLLM release served: as given, else the newest that serves the engine; a vLLM engine is refused a
@@ -198,9 +203,9 @@ class Scenario:
     def _resolve_limits(self) -> None:
         set_ = object.__setattr__
         auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill)
-        seqs = _integer("max_num_seqs", self.max_num_seqs if self.max_num_seqs is not None else auto["max_num_seqs"],
+        seqs = integer("max_num_seqs", self.max_num_seqs if self.max_num_seqs is not None else auto["max_num_seqs"],
                         low=1)
-        batched = _integer("max_num_batched_tokens", self.max_num_batched_tokens
+        batched = integer("max_num_batched_tokens", self.max_num_batched_tokens
                            if self.max_num_batched_tokens is not None else auto["max_num_batched_tokens"], low=1)
         if batched < seqs:      # named by the flag given: the other may be a default
             given = f"--max-num-batched-tokens {batched}" if self.max_num_batched_tokens else f"--max-num-seqs {seqs}"
@@ -345,56 +350,3 @@ def tp_degrees(model: ModelSpec) -> list[int]:
     heads, kv = model.heads, model.kv_heads
     return [d for d in range(1, heads + 1) if heads % d == 0
             and (model.mla is not None or (kv % d == 0 if d < kv else d % kv == 0))]
-
-
-def _label(name: str) -> str:
-    return FLAGS.get(name, name)
-
-
-def _number(name: str, value) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise PlannerError(f"{_label(name)} {value!r}: expected a number") from None
-    if not math.isfinite(number):
-        raise PlannerError(f"{_label(name)} {value!r}: expected a finite number")
-    return number
-
-
-def _integer(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or value != int(value):
-        raise PlannerError(f"{_label(name)} {value!r}: expected a whole number of at least {low}")
-    if value < low:
-        raise PlannerError(f"{_label(name)} {int(value)}: expected a whole number of at least {low}")
-    return int(value)
-
-
-def _choice(name: str, value, options) -> None:
-    if value not in options:
-        raise PlannerError(f"{_label(name)} {value!r}: expected one of {', '.join(options)}")
-
-
-def _check_overheads(overheads: Overheads) -> None:
-    for name in ("activation_bytes", "non_torch_bytes", "cudagraph_bytes", "weights_bytes"):
-        value = getattr(overheads, name)
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise PlannerError(f"memory overhead {name} {value!r}: expected a non-negative number of bytes")
-
-
-def _real(value) -> bool:
-    """A number, not a true/false (``True`` is an int to Python, but 1 s of overhead to nobody)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _check_cost(cost: CostParams) -> None:
-    """The cost model's parameters, as a calibration file or defaults give them, each in its
-    :data:`planner.sim.cost_model.PARAM_RANGES`."""
-    for name, (lo, hi) in PARAM_RANGES.items():
-        value = getattr(cost, name)
-        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s", "roofline_p"):
-            continue            # the GPU's, the engine's
-        if not _real(value) or not math.isfinite(value) or not lo <= value <= hi:
-            what = ("seconds" if name.endswith("_s") else "a knee's sharpness" if name == "roofline_p"
-                    else "a fraction of the peak")
-            raise PlannerError(f"cost model {name} {value!r} ({cost.source}): expected {what} in [{lo:g}, {hi:g}]")

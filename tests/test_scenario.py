@@ -17,6 +17,7 @@ from planner.cli.scenario_args import scenario_from_args
 from planner.errors import PlannerError
 from planner.scenario import FLAGS, Scenario, tp_degrees
 from planner.sim.cost_model import CostParams
+from planner.sim.engines.base import vllm_scenario_flags
 
 LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
 
@@ -110,8 +111,8 @@ def test_tp_degrees_follow_vllms_head_rules():
 def test_defaults_resolve_once_and_replace_resolves_them_again():
     s = Scenario(LLAMA8, A100)
     assert (s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.weight_dtype) == (8192, 256, 2048, "bf16")
-    assert s.auto == {"weight_dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "async_scheduling",
-                      "vllm_version"}
+    assert s.auto == {"weight_dtype", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                      "async_scheduling", "vllm_version"}
     # async scheduling as the release does: vllm serve's default from 0.14, opt-in before; re-resolved with it
     assert s.async_scheduling is True
     assert s.replace(overheads=Overheads(vllm_version="0.13")).async_scheduling is False
@@ -125,6 +126,26 @@ def test_defaults_resolve_once_and_replace_resolves_them_again():
     whole = s.replace(chunked_prefill=False)                    # the budget must then hold a whole prompt
     assert whole.max_num_batched_tokens == 8192
     assert Scenario(get_model("deepseek-v3"), get_gpu("h200"), tp=8).weight_dtype == "fp8"   # as it ships
+
+
+def test_an_mla_model_on_hopper_takes_the_block_flashmla_forces():
+    # vllm/platforms/cuda.py: FlashMLA, the MLA backend on Hopper, raises a --block-size that is not a multiple of 64
+    # to 64; Ampere runs Triton MLA on 16; other models and engines keep 16
+    ds, h200 = get_model("deepseek-v3"), get_gpu("h200")
+    s = Scenario(ds, h200, tp=8)
+    assert s.block_size == 64 and "block_size" in s.auto
+    assert s.settings.block_size == 64 and s.memory.block_size == 64
+    assert [Scenario(ds, h200, tp=8, block_size=b).block_size for b in (16, 32, 64, 128)] == [64, 64, 64, 128]
+    assert "block_size" not in Scenario(ds, h200, tp=8, block_size=128).auto
+    per_block = 64 * 576 * 2 * 61                               # bf16 latent, 61 layers, held whole by each rank
+    assert s.memory.num_blocks == s.memory.kv_pool_bytes // per_block
+    assert s.memory.kv_capacity_tokens == 64 * s.memory.num_blocks
+    assert s.replace(gpu=A100).block_size == 16                 # forced by the GPU: a new GPU resolves it again
+    assert s.replace(engine="tgi").block_size == 16
+    assert Scenario(LLAMA8, h200).block_size == 16
+    assert Scenario(ds, get_gpu("a100-80gb-sxm"), tp=8, block_size=32).block_size == 32
+    assert "--block-size 64" in " ".join(vllm_scenario_flags(s))
+    assert "--block-size" not in s.cli_args()
 
 
 def test_every_layer_reads_the_same_dtypes():

@@ -59,6 +59,10 @@ class GPU:
     # attention itself in FP8, the queries quantized too (vLLM docs, "Quantized KV Cache"); other backends
     # dequantize and compute in 16 bits
     fp8_attention: bool = False
+    # the KV block vLLM forces for an MLA model (DeepSeek V2/V3/R1): FlashMLA, its default MLA backend on Hopper,
+    # takes multiples of 64 tokens, and vLLM raises any other --block-size to 64 ("Forcing kv cache block size to 64
+    # for FlashMLA backend", vllm/platforms/cuda.py); Ampere and Ada run Triton MLA, as ROCm does, on vLLM's 16
+    mla_block_size: int = 16
 
     @property
     def memory_gib(self) -> float:
@@ -151,13 +155,13 @@ GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
         fp8_tensor_cores=False),
     GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
         2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)",
-        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True),
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True, mla_block_size=64),
     GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5, 350,
         2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5",
-        fp8_attention=True),
+        fp8_attention=True, mla_block_size=64),
     GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5, 700,
         3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB",
-        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True),
+        v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True, mla_block_size=64),
     GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4, 350,
         1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)"),
     GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4, 72,

@@ -160,9 +160,9 @@ def cmd_memory(args) -> None:
     human = (f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}: {plan.param_count / 1e9:.2f}B params, "
              f"weights {plan.weights_bytes / gib:.1f} GiB; KV {plan.kv_bytes_per_token:,} B/token "
              f"({plan.kv_bytes_per_token_per_gpu:,} per GPU); pool {plan.kv_pool_bytes / gib:.2f} GiB = "
-             f"{plan.num_blocks:,} blocks = {plan.kv_capacity_tokens:,} tokens per GPU; maximum concurrency "
-             f"{plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request; memory profiled as vLLM "
-             f"{scenario.release.label} does (--vllm-version {scenario.overheads.vllm_version})")
+             f"{plan.num_blocks:,} blocks of {plan.block_size} = {plan.kv_capacity_tokens:,} tokens per GPU; "
+             f"maximum concurrency {plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request; memory "
+             f"profiled as vLLM {scenario.release.label} does (--vllm-version {scenario.overheads.vllm_version})")
     _emit(args, report.to_dict(), human)
 
 

@@ -34,8 +34,9 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
                    help="vLLM --gpu-memory-utilization (default 0.9, vLLM's default through 0.19; 0.20 moved it "
                         "to 0.92, PR #38284: give your server's value)")
     g.add_argument("--max-model-len", type=SCENARIO_INT, help="default: the model's max_position_embeddings")
-    g.add_argument("--block-size", type=SCENARIO_INT, default=16,
-                   help="KV block size in tokens (vLLM: 1, 8, 16, … 256)")
+    g.add_argument("--block-size", type=SCENARIO_INT,
+                   help="KV block size in tokens (vLLM: 1, 8, 16, … 256; default 16, and 64 for an MLA model such as "
+                        "DeepSeek-V3 on Hopper, where vLLM's FlashMLA backend forces it)")
     g.add_argument("--num-gpu-blocks", type=SCENARIO_INT, help="override the computed KV block count")
     g.add_argument("--max-num-seqs", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
     g.add_argument("--max-num-batched-tokens", type=SCENARIO_INT, help="default: vllm serve's for the GPU")
