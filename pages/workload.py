@@ -87,7 +87,8 @@ if tab_arrivals.open and not summary:
         else:
             fit, peaks = arrivals["fit"], arrivals["peaks"]
             m = st.columns(3) + st.columns(3)       # five tiles in one row cut their values
-            m[0].metric("Mean rate", f"{peaks['mean_rate_rps']:.3g} req/s")
+            m[0].metric("Mean rate", f"{peaks['mean_rate_rps']:.3g} req/s" if peaks["mean_rate_rps"] else "—",
+                        help="None when every request arrived at one instant")
             m[1].metric("Peak rate", f"{peaks['peak_rate_rps']:.3g} req/s" if peaks["peak_rate_rps"] else "—",
                         help="p99 of per-minute rates: the rate to provision for")
             m[2].metric("Peak/mean 1 s · 10 s · 60 s", " · ".join(
@@ -95,7 +96,7 @@ if tab_arrivals.open and not summary:
             m[3].metric("Inter-arrival CV", f"{fit['cv']:.3g}" if fit["cv"] is not None else "—",
                         help="1 for Poisson; meaningless for coarse clocks or on/off traffic")
             test = fit["poisson_test"]
-            m[4].metric("Poisson?", "consistent" if fit["poisson_consistent"] else "rejected",
+            m[4].metric("Poisson?", "untested" if test is None else "consistent" if test["consistent"] else "rejected",
                         help=(f"Index-of-dispersion test on {test['bins']:,} bins of {test['bin_s']:.3g} s: "
                               f"VMR {test['vmr']:.3g}, p = {test['p_value']:.2g} (reject below 0.01)")
                         if test else "Too few bins to test")

@@ -278,6 +278,27 @@ def test_workload_page_on_a_lengths_only_trace(tmp_path, monkeypatch, view, mess
     assert message in at.info[0].value
 
 
+def test_workload_arrivals_of_one_instant_show_no_rate_and_no_test(tmp_path, monkeypatch):
+    # every request at one instant: no mean rate (it raised a TypeError formatting None) and no Poisson test to run
+    # (the tile said "rejected")
+    from planner.traces.ingest import ingest_file
+
+    db = tmp_path / "burst.duckdb"
+    con = store.open_store(db)
+    (tmp_path / "burst.csv").write_text("arrival,input_tokens,output_tokens\n" + "5,100,20\n" * 3)
+    ingest_file(con, tmp_path / "burst.csv")
+    con.close()
+    monkeypatch.setenv("PLANNER_DB", str(db))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["trace"] = "burst"
+    at.query_params["view"] = "Arrivals"
+    at.run()
+    at.switch_page("pages/workload.py").run()
+    assert not at.exception
+    tiles = {m.label: m.value for m in at.metric}
+    assert tiles["Mean rate"] == "—" and tiles["Poisson?"] == "untested"
+
+
 def test_no_data_grid_shows_an_empty_cell_as_none(tmp_path, monkeypatch):
     """Streamlit draws a missing value as "None": every grid of every page holds values or "—"."""
     import numpy as np

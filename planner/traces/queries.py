@@ -15,6 +15,7 @@ from planner.workload.fitting.arrivals import (
     poisson_from_counts,
     poisson_width_s,
     tie_threshold_s,
+    whole_bins,
 )
 from planner.workload.fitting.lengths import MAX_DISTINCT, QUANTILES, counts_of
 from planner.workload.stats import LENGTH_FIELDS, percentile_blocks
@@ -133,8 +134,9 @@ def poisson_test_of_trace(con: duckdb.DuckDBPyConnection, trace_id: str, arrival
     view = store.requests_view(trace_id)
     cur = con.cursor()
     first = cur.execute(f"SELECT min(arrival) FROM {view} WHERE NOT failed").fetchone()[0]
+    bins = whole_bins(span_s, width)
     total, sum_sq = cur.execute(
         f"SELECT sum(c), sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
-        f"GROUP BY floor((arrival - $t0) / $w))", {"t0": first, "w": width}).fetchone()
-    bins = int(np.floor(span_s / width)) + 1
-    return poisson_from_counts(width, bins, float(total), float(sum_sq))
+        f"AND floor((arrival - $t0) / $w) < $bins GROUP BY floor((arrival - $t0) / $w))",
+        {"t0": first, "w": width, "bins": bins}).fetchone()
+    return poisson_from_counts(width, bins, float(total or 0), float(sum_sq or 0))

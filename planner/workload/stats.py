@@ -15,6 +15,7 @@ import duckdb
 from planner.jsonable import PERCENTILES
 from planner.traces import store
 from planner.traces.layouts import LATENCY_FIELDS
+from planner.workload.fitting.arrivals import whole_bins
 from planner.workload.rates import request_rate_rps
 
 DISPERSION_BINS_S = {"1s": 1.0, "10s": 10.0, "60s": 60.0}
@@ -109,9 +110,10 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
         f"FROM {view} WHERE arrival IS NOT NULL AND NOT failed) WHERE g IS NOT NULL").fetchall()[0]
     mean_gap, sd_gap = gaps
     cv = float(sd_gap / mean_gap) if mean_gap else None
-    block = arrival_block(n, span, cv, resolution_s, lambda width: cur.execute(
-        f"SELECT sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
-        f"GROUP BY floor((arrival - ?) / ?))", [first, width]).fetchall()[0][0])
+    block = arrival_block(n, span, cv, resolution_s, lambda width, bins: cur.execute(
+        f"SELECT sum(c), sum(c * c) FROM (SELECT count(*) AS c FROM {view} WHERE arrival IS NOT NULL AND NOT failed "
+        f"AND floor((arrival - $t0) / $w) < $bins GROUP BY floor((arrival - $t0) / $w))",
+        {"t0": first, "w": width, "bins": bins}).fetchone())
     # the load the clients offered, failed requests included (a rate limit's 429s were demand too): the rate the
     # replay serves leaves them out
     n_all, span_all = cur.execute(f"SELECT count(arrival), max(arrival) - min(arrival) FROM {view}").fetchall()[0]
@@ -119,16 +121,21 @@ def arrival_stats(con: duckdb.DuckDBPyConnection, trace_id: str, resolution_s: f
     return block
 
 
-def arrival_block(n: int, span_s: float, cv: float | None, resolution_s: float | None, sum_sq) -> dict:
+def arrival_block(n: int, span_s: float, cv: float | None, resolution_s: float | None, moments) -> dict:
     """The ``arrivals`` object of ``stats``: span, rate, inter-arrival CV and the dispersion of counts per bin of
-    each width, from ``sum_sq(width)``, the sum of squared counts over the bins that hold requests."""
+    each width over the whole bins the span fills (:func:`planner.workload.fitting.arrivals.whole_bins`; None
+    below two), from ``moments(width, bins)``: the requests and the sum of squared counts in the first ``bins``
+    bins from the first arrival."""
     dispersion = {}
     for label, width in DISPERSION_BINS_S.items():
-        nbins = int(math.floor(span_s / width)) + 1
-        # counts per bin, empty bins included: mean = n / nbins, variance from sum of squares
-        mean = n / nbins
-        var = float(sum_sq(width)) / nbins - mean * mean
-        dispersion[label] = var / mean if nbins > 1 else None
+        nbins = whole_bins(span_s, width)
+        if nbins < 2:
+            dispersion[label] = None
+            continue
+        total, sum_sq = moments(width, nbins)
+        # counts per bin, empty bins included: mean = total / nbins, variance from the sum of squares
+        mean = float(total or 0) / nbins
+        dispersion[label] = (float(sum_sq) / nbins - mean * mean) / mean if mean else None
     return {
         "span_s": span_s,
         "rate_rps": request_rate_rps(n, span_s),

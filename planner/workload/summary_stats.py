@@ -43,9 +43,10 @@ def _arrivals(cur, tid: str, info: store.TraceInfo) -> dict:
     # (floor(span / w) = floor(floor(span) / w) for whole widths), only the rate's denominator is coarser
     span = summary_span_s(cur, tid)
     span = float(last) if span is None else span
-    return arrival_block(int(n), span, None, 1.0, lambda width: cur.execute(
-        f"SELECT sum(c * c) FROM (SELECT sum(requests) AS c FROM {counts} GROUP BY arrival_second // $w)",
-        {"w": int(width)}).fetchone()[0])
+    return arrival_block(int(n), span, None, 1.0, lambda width, bins: cur.execute(
+        f"SELECT sum(c), sum(c * c) FROM (SELECT sum(requests) AS c FROM {counts} "
+        f"WHERE arrival_second // $w < $bins GROUP BY arrival_second // $w)",
+        {"w": int(width), "bins": bins}).fetchone())
 
 
 def _latency_from_histograms(cur, tid: str) -> dict:

@@ -63,18 +63,26 @@ class BinCounts(NamedTuple):
     bins: int               # bins from the first arrival's to the last's, empty ones included
 
 
-def counts_per_bin(arrivals_s: np.ndarray, width_s: float) -> BinCounts:
-    """The arrivals' :class:`BinCounts` at a bin width of ``width_s``."""
+def counts_per_bin(arrivals_s: np.ndarray, width_s: float, whole: bool = False) -> BinCounts:
+    """The arrivals' :class:`BinCounts` at a bin width of ``width_s``; ``whole``: the bins the span covers whole
+    only, the last arrival's partial bin left out (it saw a fraction of ``width_s``: counted as a whole bin, it
+    made regular arrivals read overdispersed and Poisson ones fail the test too often)."""
     t = np.asarray(arrivals_s, dtype=float)
     t = t - t.min()
     which = np.floor(t / width_s).astype(np.int64)
-    bins = int(which.max()) + 1
+    bins = whole_bins(float(t.max()), width_s) if whole else int(which.max()) + 1
+    which = which[which < bins]
     if bins > _DENSE_BINS_PER_ARRIVAL * t.size:        # mostly empty: sort the arrivals' bins, not the span's
         index, counts = np.unique(which, return_counts=True)
         return BinCounts(index, counts, bins)
     dense = np.bincount(which, minlength=bins)
     index = np.flatnonzero(dense)
     return BinCounts(index, dense[index], bins)
+
+
+def whole_bins(span_s: float, width_s: float) -> int:
+    """How many bins of ``width_s`` from the first arrival the span fills whole: what dispersion statistics count."""
+    return int(np.floor(span_s / width_s))
 
 
 def _vmr(counts: np.ndarray, bins: int) -> float:
@@ -101,14 +109,15 @@ def dispersion_curve(arrivals_s: np.ndarray, widths_s=DISPERSION_WIDTHS_S) -> li
     for width in widths_s:
         if span / width < 10:
             continue
-        _, counts, bins = counts_per_bin(t, width)
+        _, counts, bins = counts_per_bin(t, width, whole=True)
         out.append({"bin_s": float(width), "bins": bins, "vmr": _vmr(counts, bins)})
     return out
 
 
 def poisson_from_counts(width_s: float, bins: int, total: float, sum_sq: float) -> PoissonTest | None:
-    """The index-of-dispersion test from the moments of counts per bin: ``bins`` bins of ``width_s`` (empty ones
-    included) holding ``total`` requests, ``sum_sq`` the sum of squared counts (None if too few bins)."""
+    """The index-of-dispersion test from the moments of counts per bin: ``bins`` whole bins of ``width_s`` (empty
+    ones included, :func:`whole_bins`) holding ``total`` requests, ``sum_sq`` the sum of squared counts (None if
+    too few bins)."""
     if bins < 10 or total <= 0:
         return None
     mean = total / bins
@@ -130,7 +139,7 @@ def poisson_test(arrivals_s: np.ndarray, min_bin_s: float = 0.0) -> PoissonTest 
     width = poisson_width_s(t.size, float(t.max() - t.min()) if t.size else 0.0, min_bin_s)
     if width is None:
         return None
-    _, counts, bins = counts_per_bin(t, width)
+    _, counts, bins = counts_per_bin(t, width, whole=True)
     return poisson_from_counts(width, bins, float(counts.sum()), float(counts @ counts))
 
 
