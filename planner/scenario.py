@@ -95,10 +95,13 @@ class Scenario:
              | ({"vllm_version"} if self.overheads.vllm_version is None else set()))
         tp = integer("tp", self.tp, low=1)
         set_(self, "tp", tp)
-        self._check_tp(tp)
         base = defaults(self.model, self.gpu)
         set_(self, "weight_dtype", self.weight_dtype or base["weight_dtype"])
         choice("weight_dtype", self.weight_dtype, WEIGHT_BYTES)
+        if refusal := tp_refusal(self.model, tp, self.weight_dtype):
+            fits = tp_degrees(self.model, self.weight_dtype)
+            raise PlannerError(f"--tp {tp}: {refusal}, as vLLM requires; expected one of "
+                               f"{', '.join(map(str, fits[:12]))}")
         choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPE_BYTES)
         util = number("gpu_memory_utilization", self.gpu_memory_utilization)
         if not 0 < util <= 1:
@@ -150,12 +153,6 @@ class Scenario:
         price = number("price", self.gpu.price_per_hour)
         if price < 0:
             raise PlannerError(f"--price {price:g}: expected a non-negative price per GPU-hour")
-
-    def _check_tp(self, tp: int) -> None:
-        if tp not in (fits := tp_degrees(self.model)):
-            raise PlannerError(f"--tp {tp}: {self.model.name} has {self.model.heads} attention heads "
-                               f"({self.model.kv_heads} KV heads), which must divide evenly across tensor-parallel "
-                               f"ranks, as vLLM requires; expected one of {', '.join(map(str, fits[:12]))}")
 
     def _resolve_block_size(self, engine: str) -> None:
         """vLLM's 16 unless given; an MLA model on a vLLM engine takes the block its GPU's MLA backend forces
@@ -344,9 +341,35 @@ def defaults(model: ModelSpec, gpu: GPU, max_model_len: int | None = None,
             "max_num_batched_tokens": batched if chunked_prefill else max(batched, max_len)}
 
 
-def tp_degrees(model: ModelSpec) -> list[int]:
-    """Tensor-parallel degrees vLLM accepts for the model: the attention heads divide evenly across ranks, and the
-    KV heads split evenly or (when fewer than the ranks) replicate whole (MLA keeps one latent on every rank)."""
+def tp_refusal(model: ModelSpec, tp: int, weight_dtype: str) -> str | None:
+    """Why vLLM cannot shard the model over ``tp`` ranks (None when it can): the attention heads divide evenly and
+    the KV heads split evenly or (when fewer than the ranks) replicate whole, MLA keeping one latent on every rank
+    (its attention layers); the MLP's and experts' widths divide evenly (MergedColumnParallelLinear asserts it),
+    as does the vocabulary padded to a multiple of 64 (VocabParallelEmbedding); and an FP8 checkpoint's shards
+    hold whole weight blocks (vLLM's block-quantized FP8 refuses a partial one: DeepSeek-V3's experts are 2,048
+    wide, 64 per rank at TP 32, vllm#12256)."""
     heads, kv = model.heads, model.kv_heads
-    return [d for d in range(1, heads + 1) if heads % d == 0
-            and (model.mla is not None or (kv % d == 0 if d < kv else d % kv == 0))]
+    if heads % tp or (model.mla is None and (kv % tp if tp < kv else tp % kv)):
+        return (f"{model.name} has {heads} attention heads ({kv} KV heads), which must divide evenly across "
+                "tensor-parallel ranks")
+    widths = {"intermediate_size": model.intermediate}
+    if model.moe is not None:
+        widths["moe_intermediate_size"] = model.moe.expert_intermediate
+    for name, width in widths.items():
+        if width % tp:
+            return f"{model.name}'s {name} {width:,} must divide evenly across tensor-parallel ranks"
+        if model.fp8_block and weight_dtype == model.weight_dtype == "fp8" and (width // tp) % model.fp8_block:
+            return (f"{model.name}'s FP8 checkpoint scales {model.fp8_block}-wide weight blocks, and its {name} "
+                    f"{width:,} leaves {width // tp:,} per rank, not whole blocks")
+    padded = -(-model.vocab // 64) * 64
+    if padded % tp:
+        return (f"{model.name}'s vocabulary of {model.vocab:,} (padded to {padded:,}) must divide evenly across "
+                "tensor-parallel ranks")
+    return None
+
+
+def tp_degrees(model: ModelSpec, weight_dtype: str | None = None) -> list[int]:
+    """Tensor-parallel degrees vLLM accepts for the model in ``weight_dtype`` (default: as it ships), by
+    :func:`tp_refusal`."""
+    dtype = weight_dtype or model.weight_dtype
+    return [d for d in range(1, model.heads + 1) if tp_refusal(model, d, dtype) is None]

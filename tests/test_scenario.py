@@ -3,6 +3,7 @@ replace() re-resolves what was defaulted, and the reproduce flags rebuild the sa
 
 import json
 import math
+import re
 import shlex
 
 import pytest
@@ -103,9 +104,24 @@ def test_a_model_read_from_a_config_json_is_rebuilt_from_it(tmp_path, monkeypatc
 
 def test_tp_degrees_follow_vllms_head_rules():
     assert tp_degrees(LLAMA8) == [1, 2, 4, 8, 16, 32]          # 32 heads; 8 KV heads split, then replicate
-    assert tp_degrees(get_model("qwen2.5-7b")) == [1, 2, 4, 28]  # 28 heads, 4 KV heads: 7 and 14 split neither
+    # 28 heads, 4 KV heads: 7 and 14 split neither; 28 the heads allow, but not the MLP's 18,944 nor the vocabulary
+    assert tp_degrees(get_model("qwen2.5-7b")) == [1, 2, 4]
     assert 3 not in tp_degrees(LLAMA70) and 8 in tp_degrees(LLAMA70)
     assert Scenario(get_model("deepseek-v3"), get_gpu("h200"), tp=8).tp == 8      # MLA: one latent on every rank
+
+
+@pytest.mark.parametrize("model, tp, message", [
+    ("qwen2.5-7b", 28, "qwen2.5-7b's intermediate_size 18,944 must divide evenly"),
+    ("opt-13b", 5, "opt-13b's vocabulary of 50,272 (padded to 50,304) must divide evenly"),
+    # the FP8 checkpoint's 128 x 128 blocks: 18,432 / 32 = 576 per rank (vllm#12256); dequantized to bf16 it shards
+    ("deepseek-v3", 32, "scales 128-wide weight blocks, and its intermediate_size 18,432 leaves 576 per rank"),
+])
+def test_tp_follows_vllms_sharding_of_widths_vocabulary_and_fp8_blocks(model, tp, message):
+    with pytest.raises(PlannerError, match=re.escape(f"--tp {tp}: ") + ".*" + re.escape(message)):
+        Scenario(get_model(model), get_gpu("h200"), tp=tp)
+    assert tp not in tp_degrees(get_model(model))
+    assert tp_degrees(get_model("deepseek-v3")) == [1, 2, 4, 8, 16]
+    assert 32 in tp_degrees(get_model("deepseek-v3"), "bf16")
 
 
 def test_defaults_resolve_once_and_replace_resolves_them_again():

@@ -12,7 +12,7 @@ import numpy as np
 from planner.capacity.memory import MemoryPlan
 from planner.catalog.gpus import GiB
 from planner.errors import PlannerError
-from planner.scenario import tp_degrees
+from planner.scenario import tp_refusal
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -61,7 +61,8 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
     """Try the scenario at TP 1, 2, 4, … and report, for each, how many ``tokens``-long sequences fit and why not
     when short. Everything else is the scenario's: dtypes, block size, limits and overheads (weights fitted from a
     startup log scale with the TP degree; the other overheads are kept as fitted). Degrees vLLM refuses for the
-    model's heads are skipped; above 8 GPUs a replica spans nodes."""
+    model (its heads, widths, vocabulary or FP8 blocks, :func:`planner.scenario.tp_refusal`) are skipped; above 8
+    GPUs a replica spans nodes."""
     if sequences < 1 or tokens < 1:
         raise PlannerError(f"--fit {sequences}x{tokens}: expected a positive number of sequences and tokens")
     if tokens > scenario.model.max_position:
@@ -69,7 +70,7 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
                            f"{scenario.model.max_position:,} tokens a sequence; expected at most that many")
     tried = []
     for tp in (2**k for k in range(int(math.log2(max_tp)) + 1)):
-        if tp not in tp_degrees(scenario.model):
+        if tp_refusal(scenario.model, tp, scenario.weight_dtype):
             continue
         weights = scenario.overheads.weights_bytes
         overheads = (replace(scenario.overheads, weights_bytes=math.ceil(weights * scenario.tp / tp))

@@ -71,6 +71,9 @@ class ModelSpec:
     mtp_layers: int = 0               # DeepSeek multi-token-prediction layers (not counted in the main model)
     published_params: int | None = None
     weight_dtype: str = "bf16"        # as published: DeepSeek-V3 ships FP8 weights
+    # the FP8 checkpoint's weight blocks (quantization_config.weight_block_size: DeepSeek-V3's 128 x 128), each
+    # scaled alone: a rank's shard of a linear layer must hold whole blocks
+    fp8_block: int | None = None
     help: str = field(default="", compare=False)
 
     @property

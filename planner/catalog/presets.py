@@ -63,6 +63,18 @@ def _whole(cfg: dict, key: str, *aliases: str, default=None) -> int:
     return int(number)
 
 
+def _fp8_block(quant) -> int | None:
+    """An FP8 checkpoint's weight-block granularity, else None: ``weight_block_size`` [n, k] tiles each weight, and
+    vLLM's shards must hold whole blocks both ways (the MLP's gate/up split on n, its down projection on k)."""
+    block = quant.get("weight_block_size") if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else None
+    if block is None:
+        return None
+    if not isinstance(block, list) or len(block) != 2 or not all(isinstance(b, int) and b > 0 for b in block):
+        raise PlannerError(f"config.json quantization_config.weight_block_size {block!r}: expected two positive "
+                           "whole numbers such as [128, 128]")
+    return math.lcm(*block)
+
+
 def _flag(cfg: dict, key: str, default: bool) -> bool:
     """A true/false field; ``default`` where absent or null (a string "false" is not false, so it is refused)."""
     value = cfg.get(key)
@@ -118,7 +130,8 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
                 max_position=_whole(cfg, "max_position_embeddings", "n_positions", default=2048),
                 tied_embeddings=_flag(cfg, "tie_word_embeddings", model_type in ("gemma", "gemma2", "falcon", "opt")),
                 published_params=published_params,
-                weight_dtype="fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16")
+                weight_dtype="fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16",
+                fp8_block=_fp8_block(quant))
     if model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma"):
         bias = _flag(cfg, "attention_bias", model_type == "qwen2")
         base.update(qkv_bias=bias, out_bias=_flag(cfg, "attention_bias", False), mlp_bias=_flag(cfg, "mlp_bias", False),
@@ -241,7 +254,8 @@ _PRESETS = {
                      "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536,
                      "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
                      "vocab_size": 129280, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1,
-                     "tie_word_embeddings": False, "quantization_config": {"quant_method": "fp8"}}, 671_026_419_200,
+                     "tie_word_embeddings": False,
+                     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}, 671_026_419_200,
                     "DeepSeek-V3: MLA (576-wide latent per token per layer, held whole by every TP rank), "
                     "256 routed + 1 shared experts, 37B active"),
     "gemma-2-9b": ("google/gemma-2-9b",
