@@ -190,7 +190,8 @@ def test_the_plan_sizes_each_class_by_simulation_not_by_division():
 
 def test_gpu_options_compare_fleets_by_cost():
     work = synthetic("requests=1500,input=lognormal:6.4:0.9,output=lognormal:5:0.8,qps=6,seed=9")
-    options = RecommendOptions(slos=("batch:throughput",), resamples=0)
+    # sized with headroom 2: the fleets hold twice the rate, the tokens they serve are the trace's
+    options = RecommendOptions(slos=("batch:throughput",), resamples=0, headroom=2.0)
     comparison = compare_gpus(work, SCENARIO, options, "h100-sxm=0.5")
     rows = {r["gpu"]: r for r in comparison.rows()}
     assert set(rows) == {"a100-80gb-sxm", "h100-sxm"}

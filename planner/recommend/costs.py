@@ -124,5 +124,6 @@ def compare_gpus(workload: SimWorkload, scenario: Scenario, options: RecommendOp
         raise PlannerError(skipped[scenario.gpu.name])
     span = float(np.ptp(workload.arrival_s))
     rate = arrival_rate_rps(workload.arrival_s) or 0.0
-    per_hour = float(workload.output_tokens.mean()) * rate * options.headroom * 3600 if span > 0 else 0.0
+    # the tokens the trace asks for: headroom is capacity held spare, and serves no more of them
+    per_hour = float(workload.output_tokens.mean()) * rate * 3600 if span > 0 else 0.0
     return GpuComparison(by_gpu[scenario.gpu.name], by_gpu, skipped, per_hour)
