@@ -920,3 +920,14 @@ def test_family_factors_are_what_the_kernel_tables_give():
     assert knees == {"h100-sxm": 4.0, "a100-80gb-sxm": 8.0, "h200": 64.0, "l40s": None}
     assert {name: FAMILY_ROOFLINE_P[name] for name in knees if knees[name]} == {k: v for k, v in knees.items() if v}
     assert {FAMILY_ROOFLINE_P[g] for g in FAMILY_ROOFLINE_P if g.startswith("a100")} == {8.0}
+
+
+def test_a_mesh_gpu_reaches_one_direct_link_per_peer():
+    # MI300X: 7 Infinity Fabric links of 64 GB/s per direction, one to each peer; a TP 2 pair shares one of them,
+    # a TP 8 group all seven. A ring all-reduce moves 2 (tp - 1) / tp of the activations: 1 at TP 2, 1.75 at TP 8
+    mi300x = get_gpu("mi300x")
+    assert [mi300x.link_bytes_s(tp) for tp in (1, 2, 4, 8, 16)] == [448e9, 64e9, 192e9, 448e9, 448e9]
+    assert get_gpu("h100-sxm").link_bytes_s(2) == get_gpu("h100-sxm").link_bytes_s(8) == 450e9   # switched
+    model = get_model("llama-3.1-70b")
+    comm = {tp: Scenario(model, mi300x, tp=tp).coefficients.comm_s_per_token for tp in (2, 8)}
+    assert comm[8] / comm[2] == pytest.approx((1.75 / 448) / (1 / 64))

@@ -63,6 +63,10 @@ class GPU:
     # takes multiples of 64 tokens, and vLLM raises any other --block-size to 64 ("Forcing kv cache block size to 64
     # for FlashMLA backend", vllm/platforms/cuda.py); Ampere and Ada run Triton MLA, as ROCm does, on vLLM's 16
     mla_block_size: int = 16
+    # a fully connected mesh of direct links, one to each peer (MI300X: 7 Infinity Fabric links of 64 GB/s per
+    # direction, AMD's MI300X data sheet), where NVLink's switch gives any group the whole gpu_link_bytes_s: a TP
+    # group of d GPUs reaches d - 1 links; None: switched
+    mesh_link_bytes_s: float | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -91,6 +95,13 @@ class GPU:
         if self.fp8_attention and kv_cache_dtype in ("fp8", "fp8_e4m3"):
             return self.int8_ops
         return self.bf16_flops
+
+    def link_bytes_s(self, tp: int) -> float:
+        """GPU-to-GPU bandwidth per direction each rank of a ``tp``-GPU group reaches its peers with: the switch's
+        whole :attr:`gpu_link_bytes_s`, or on a mesh the ``tp - 1`` direct links a group uses, at most all."""
+        if self.mesh_link_bytes_s is None or tp < 2:
+            return self.gpu_link_bytes_s
+        return min((tp - 1) * self.mesh_link_bytes_s, self.gpu_link_bytes_s)
 
     def with_price(self, price_per_hour: float) -> GPU:
         """The same GPU at another hourly price."""
@@ -169,8 +180,9 @@ GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
     GPU("a10g", "A10G 24GB", _gib(22.07), 24, 600 * GB, 70 * TB, 140 * TB, _PCIE4, _PCIE4, 300,
         0.75, False, "Ampere (AWS g5), GDDR6 600 GB/s",
         fp8_tensor_cores=False),
-    GPU("mi300x", "MI300X 192GB", _gib(191.98), 192, 5300 * GB, 1307 * TB, 2615 * TB, 64 * GB, _PCIE5, 750,
-        3.5, True, "CDNA3, HBM3 5,300 GB/s, Infinity Fabric"),
+    GPU("mi300x", "MI300X 192GB", _gib(191.98), 192, 5300 * GB, 1307 * TB, 2615 * TB, 7 * 64 * GB, _PCIE5, 750,
+        3.5, True, "CDNA3, HBM3 5,300 GB/s, Infinity Fabric: 7 direct links of 64 GB/s per direction, one to each "
+                   "peer of an 8-GPU node", mesh_link_bytes_s=64 * GB),
 )}
 
 

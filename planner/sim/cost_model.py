@@ -251,7 +251,7 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
                                 else model.head_dim)
     comm_bytes_per_token = 2 * model.layers * model.hidden * 2     # two all-reduces per layer, bf16 activations
     ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
-    link = gpu.gpu_link_bytes_s * params.link_efficiency
+    link = gpu.link_bytes_s(tp) * params.link_efficiency
     weight_bytes = weights_bytes_per_gpu(model, scenario.weight_dtype, tp)
     expert_bytes, miss = 0.0, 0.0
     if model.moe is not None:
