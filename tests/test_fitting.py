@@ -68,6 +68,15 @@ def test_a_given_cap_censors_like_a_detected_one():
     assert given_cap.candidates[0].params == pytest.approx(found.candidates[0].params)
 
 
+def test_a_cap_between_whole_tokens_censors_what_the_next_whole_one_does():
+    # whole tokens at or above 1023.5 are those from 1024: the fit is the cap-1024 fit (censoring from 1023 had
+    # token 1023 counted both as itself and in the censored tail)
+    x = np.round(np.minimum(sample("lognormal"), 1024))
+    fits = [fit_lengths(x, families=("lognormal",), cap=cap, detect=False).candidates[0] for cap in (1024, 1023.5)]
+    assert fits[1].aic == pytest.approx(fits[0].aic, rel=1e-12)
+    assert fits[1].params == pytest.approx(fits[0].params, rel=1e-9)
+
+
 def test_ranking_puts_the_true_family_first_and_sorts_by_aic():
     fit = fit_lengths(sample("gamma"))
     fitted = [c for c in fit.candidates if c.aic is not None]

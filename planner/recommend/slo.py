@@ -88,8 +88,8 @@ def parse_slo(text: str) -> SLOClass:
                            "or NAME:throughput")
     name, metric, pct, limit = match.groups()
     if not 0 < float(pct) <= 100:
-        raise PlannerError(f"--slo {text!r}: percentile p{pct} is not one; expected p1 to p100 (p99.9 for the "
-                           "99.9th)")
+        raise PlannerError(f"--slo {text!r}: percentile p{pct} is not one; expected above p0 and at most p100, "
+                           "such as p50, p99 or p99.9")
     return SLOClass(name, metric, float(pct), _limit_ms(text, limit))
 
 

@@ -284,8 +284,10 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         raise ValueError("need at least two distinct uncensored values to fit a length distribution")
     if np.all(np.mod(x, 1.0) == 0) and floor is None:
         bx, bw, intervals = _token_intervals(fx, fw)
-        sample = _Sample(bx, bw, fx, fw, None if cap is None else cap - 0.5, above / scale, None, 0.0, scale,
-                         intervals)
+        # whole tokens at or above a cap of 512.5 are those from 513: censored from 512.5, where token 512's own
+        # interval ends (censoring from cap - 0.5 = 512 counted [512, 512.5) twice)
+        sample = _Sample(bx, bw, fx, fw, None if cap is None else math.ceil(cap) - 0.5, above / scale, None, 0.0,
+                         scale, intervals)
     else:
         sample = _Sample(fx, fw, fx, fw, cap, above / scale, floor, below / scale, scale)
 
