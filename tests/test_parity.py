@@ -95,7 +95,7 @@ def test_every_page_agrees_with_the_cli(cli, monkeypatch):
 
     tiles = {m.label: m for m in open_page("pages/memory.py").metric}
     assert tiles["KV tokens per GPU"].value == f"{blocks * 32:,}"
-    assert tiles["KV tokens per GPU"].proto.help == f"{blocks:,} blocks"
+    assert tiles["KV tokens per GPU"].proto.help == f"{blocks:,} blocks of 32 tokens"
     assert tiles["KV pool per GPU"].value == "60.25 GiB"
 
     tiles = {m.label: m.value for m in open_page("pages/simulate.py").metric}
