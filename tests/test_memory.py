@@ -9,7 +9,7 @@ import pytest
 
 from planner.capacity.memory import Overheads, kv_bytes_per_token, kv_heads_per_rank, seed_pool_sequences
 from planner.catalog.gpus import GPUS, GiB, get_gpu
-from planner.catalog.models import active_param_count, param_count, weights_bytes
+from planner.catalog.models import active_param_count, param_count, weights_bytes, weights_bytes_per_gpu
 from planner.catalog.presets import from_hf_config, get_model, preset_names
 from planner.errors import PlannerError
 from planner.scenario import Scenario
@@ -86,6 +86,18 @@ def test_tp_splits_kv_heads_then_replicates():
     assert [kv_heads_per_rank(llama70, tp) for tp in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
     assert kv_bytes_per_token(llama70, tp=8) == 327_680 // 8
     assert kv_bytes_per_token(llama70, tp=16) == 327_680 // 8      # one head per rank, replicated
+
+
+def test_replicated_layers_are_held_whole_by_every_rank():
+    # vLLM's ReplicatedLinear: MLA's q_a_proj (7,168 x 1,536) and kv_a_proj_with_mqa (7,168 x 576) on 61 layers,
+    # the MoE gate (7,168 x 256) on 58; everything else splits over the ranks
+    ds = get_model("deepseek-v3")
+    whole = 61 * 7168 * (1536 + 576) + 58 * 7168 * 256
+    assert weights_bytes_per_gpu(ds, "fp8", 8) == -(-(weights_bytes(ds, "fp8") - whole) // 8) + whole
+    assert weights_bytes_per_gpu(ds, "fp8", 8) - weights_bytes(ds, "fp8") / 8 == pytest.approx(0.84 * 2**30, rel=0.01)
+    mixtral = get_model("mixtral-8x7b")                            # the gate alone: 4,096 x 8 on 32 layers
+    assert weights_bytes_per_gpu(mixtral, "bf16", 2) == weights_bytes(mixtral, "bf16") // 2 + 4096 * 8 * 32
+    assert weights_bytes_per_gpu(get_model("llama-3-8b"), "bf16", 4) == weights_bytes(get_model("llama-3-8b")) // 4
 
 
 def test_mla_latent_is_held_whole_by_every_rank():

@@ -178,6 +178,23 @@ def weights_bytes(spec: ModelSpec, weight_dtype: str = "bf16") -> int:
     return int((params - sixteen_bit) * per_param + sixteen_bit * 2)
 
 
+def replicated_param_count(spec: ModelSpec) -> int:
+    """Parameters every tensor-parallel rank holds whole, vLLM's ReplicatedLinear layers: MLA's projections down to
+    the query and KV latents (``q_a_proj``, ``kv_a_proj_with_mqa``; vllm/model_executor/models/deepseek_v2.py) and
+    an MoE router's gate (mixtral.py, deepseek_v2.py). DeepSeek-V3: 1.03 billion, 0.96 GiB in FP8 on every rank,
+    0.84 GiB more per rank at TP 8 than an even split (norms, also whole, are left out: 0.1% of a layer)."""
+    params = 0
+    if spec.mla is not None:
+        m = spec.mla
+        params += spec.layers * spec.hidden * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
+    if spec.moe is not None:
+        params += (spec.layers - spec.moe.first_dense_layers) * spec.hidden * spec.moe.experts
+    return params
+
+
 def weights_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, tp: int) -> int:
-    """Bytes of the weights one of ``tp`` tensor-parallel ranks holds: :func:`weights_bytes` split evenly."""
-    return math.ceil(weights_bytes(spec, weight_dtype) / tp)
+    """Bytes of the weights one of ``tp`` tensor-parallel ranks holds: :func:`weights_bytes` split evenly, but for
+    the :func:`replicated_param_count` parameters every rank holds whole (at the weights' bytes per parameter)."""
+    total = weights_bytes(spec, weight_dtype)
+    whole = int(replicated_param_count(spec) * WEIGHT_BYTES[weight_dtype])
+    return math.ceil((total - whole) / tp) + whole
