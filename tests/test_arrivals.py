@@ -156,3 +156,27 @@ def test_the_poisson_test_rejects_poisson_arrivals_at_its_level():
     rng = np.random.default_rng(7)
     rejected = sum(not poisson_test(rng.exponential(1.0, 120).cumsum()).consistent for _ in range(400))
     assert rejected <= 9
+
+
+def test_gaps_read_off_a_one_second_clock_fit_the_process_behind_them():
+    # Poisson arrivals at about 1 req/s, stamped in whole seconds: a gap of g reads k ticks over a triangle from
+    # k - 1 to k + 1 ticks. Read as points above one censored tick, they fit gamma shape 0.38 and beat the
+    # exponential by 284 AIC
+    poisson = np.floor(renewal(1.0, 3, 3000) * 5.0)                # RATE 5: stretched to 1 req/s
+    fit = fit_arrivals(poisson, resolution_s=1.0)
+    by = {c.family: c for c in fit.fit.candidates}
+    assert fit.fit.best == "exponential" or by["exponential"].aic - fit.fit.candidates[0].aic < 2
+    assert by["gamma"].params["shape"] == pytest.approx(1.0, abs=0.06)
+    assert by["exponential"].params["scale"] == pytest.approx(np.diff(poisson).mean(), rel=0.02)
+    bursty = np.floor(renewal(2.0, 4, 5000) * 5.0)                 # CV 2: gamma shape 0.25
+    assert fit_arrivals(bursty, resolution_s=1.0).fit.candidates[0].params["shape"] == pytest.approx(0.25, rel=0.06)
+
+
+def test_the_clocks_read_off_probabilities_are_exact_for_the_exponential():
+    # P(a gap reads 0 ticks) = 1 - (scale / tick)(1 - exp(-tick / scale)); the readings' probabilities sum to 1
+    from planner.workload.fitting.families import _FAST, clock_log_probs
+
+    logpdf, logsf = _FAST["exponential"]
+    probs = np.exp(clock_log_probs(logpdf, logsf, {"scale": 0.7}, np.arange(400.0), 1.0))
+    assert probs[0] == pytest.approx(1 - 0.7 * (1 - np.exp(-1 / 0.7)), rel=1e-3)
+    assert probs.sum() == pytest.approx(1.0, abs=2e-3)

@@ -227,13 +227,27 @@ def fit_gaps(gaps: GapSummary | None, resolution_s: float | None,
     quantum = gaps.positive_median_s if quantized else None
     cv = gaps.sd_s / gaps.mean_s if gaps.mean_s > 0 else None
     test = poisson(10 * quantum if quantum else 0.0)
+    tick = _clock_tick(gaps.x, (quantum, resolution_s)) if ties else None
     try:
-        # a tie is a gap shorter than the clock's resolution: censored below the resolution, not dropped
-        fit = fit_lengths(gaps.x, gaps.w, families=INTERARRIVAL_FAMILIES, detect=False,
-                          floor=max(resolution_s or 0.0, tie) if ties else None)
+        # gaps on the clock's grid are what it read (a tie: 0 ticks), fitted as such; ties off a grid are gaps
+        # shorter than the resolution, censored below it, not dropped
+        fit = (fit_lengths(gaps.x, gaps.w, families=INTERARRIVAL_FAMILIES, detect=False, clock_s=tick) if tick else
+               fit_lengths(gaps.x, gaps.w, families=INTERARRIVAL_FAMILIES, detect=False,
+                           floor=max(resolution_s or 0.0, tie) if ties else None))
     except ValueError:   # too few distinct gaps above the clock's tick (a coarse clock): counts still judge it
         fit = None
     return ArrivalFit(gaps.arrivals, cv, ties, quantized, quantum, test, fit, gaps.quantiles)
+
+
+def _clock_tick(gaps_s: np.ndarray, candidates) -> float | None:
+    """The first candidate tick (a coarse clock's quantum: a 3 s clock stamps whole seconds too; then the
+    resolution) every gap is a whole number of, with at least two distinct readings above zero to fit; else None."""
+    for tick in candidates:
+        if tick:
+            ticks = gaps_s / tick
+            if np.all(np.abs(ticks - np.rint(ticks)) < 1e-6) and np.unique(np.rint(ticks[ticks > 0.5])).size >= 2:
+                return float(tick)
+    return None
 
 
 def fit_arrivals(arrivals_s: np.ndarray, resolution_s: float | None = None) -> ArrivalFit:

@@ -7,6 +7,7 @@ them all.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -126,6 +127,33 @@ _FAST = {
     "logt": (_logt_logpdf, _logt_logsf),
     "lognormal_pareto": (_mixture_logpdf, _mixture_logsf),
 }
+# a gap read off a clock that floors timestamps: below this many ticks its probability is integrated over the
+# first arrival's phase (CLOCK_PHASES midpoints; the density is off by O(1/ticks^2) there, 10% at one tick)
+CLOCK_EXACT_BELOW = 16
+CLOCK_PHASES = 32
+
+
+def clock_log_probs(logpdf, logsf, params: dict, ticks: np.ndarray, tick_s: float) -> np.ndarray:
+    """log P(a gap reads ``ticks`` ticks) on a clock of ``tick_s`` that floors timestamps, for a gap distribution
+    given by its fast ``logpdf``/``logsf``. The first arrival falls at a uniform phase u of its tick, so a gap g
+    reads k ticks when (k - u) tick <= g < (k + 1 - u) tick: P = mean over u of S((k - u) tick) - S((k + 1 - u)
+    tick), a triangle kernel (k - 1 to k + 1 ticks) over the density, not the point k tick; from
+    :data:`CLOCK_EXACT_BELOW` ticks on, tick * f(k tick). Censoring every tie below one tick and reading the rest
+    as points made Poisson arrivals on a one-second clock fit gamma shape 0.38 (exponential scale 8% low)."""
+    out = np.empty(ticks.size)
+    small = ticks < CLOCK_EXACT_BELOW
+    if small.any():
+        phase = (np.arange(CLOCK_PHASES) + 0.5) / CLOCK_PHASES
+        lo = (ticks[small, None] - phase) * tick_s
+        above_lo = np.ones(lo.shape)
+        inside = lo > 0
+        above_lo[inside] = np.exp(logsf(lo[inside], **params))
+        above_hi = np.exp(logsf((ticks[small, None] + 1 - phase) * tick_s, **params))
+        out[small] = np.log(np.mean(above_lo - above_hi, axis=1))
+    out[~small] = math.log(tick_s) + logpdf(ticks[~small] * tick_s, **params)
+    return out
+
+
 # log F(x), for values censored from below (ties of a clock coarser than the gaps it measures)
 _FAST_LOGCDF = {
     "lognormal": lambda x, mu, sigma: special.log_ndtr((np.log(x) - mu) / sigma),
@@ -157,16 +185,19 @@ class Family:
 
     def log_likelihood(self, params: dict, x: np.ndarray, w: np.ndarray, cap: float | None, censored: float,
                        floor: float | None = None, below_floor: float = 0.0,
-                       intervals: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+                       intervals: tuple[np.ndarray, np.ndarray] | None = None, clock_s: float | None = None) -> float:
         """Censored log-likelihood: ``sum w log f(x) + censored log S(cap) + below_floor log F(floor)``.
 
         With ``intervals = (lo, hi)`` the data are whole tokens binned into intervals: ``log (S(lo) - S(hi))``
         replaces ``log f(x)`` (``cap`` is then the lower edge of the capped value's interval). On millions of
         requests the density-at-a-point error alone is worth hundreds of log-likelihood units, enough to crown
-        a wrong family.
+        a wrong family. With ``clock_s`` the data are gaps read off a clock of that tick
+        (:func:`clock_log_probs`).
         """
         logpdf, logsf = _FAST[self.name]
-        if intervals is not None:
+        if clock_s is not None:
+            ll = float(np.dot(w, clock_log_probs(logpdf, logsf, params, np.rint(x / clock_s), clock_s)))
+        elif intervals is not None:
             upper_tail = logsf(intervals[0], **params)
             ll = float(np.dot(w, upper_tail + np.log1p(-np.exp(logsf(intervals[1], **params) - upper_tail))))
         else:

@@ -132,6 +132,12 @@ class _Sample:
     below: float = 0.0
     scale: float = 1.0
     intervals: tuple[np.ndarray, np.ndarray] | None = None
+    clock_s: float | None = None        # gaps read off a clock of this tick (its ties included as 0 ticks)
+
+    @property
+    def start_x(self) -> np.ndarray:
+        """Values to start the optimiser from: a clock's ties at half a tick (no family starts from 0)."""
+        return np.maximum(self.x, 0.5 * self.clock_s) if self.clock_s else self.x
 
     @property
     def total(self) -> float:
@@ -154,9 +160,16 @@ def _ks(dist, s: _Sample) -> float:
     total = (s.ks_w.sum() + s.above + s.below)
     femp = (s.below + np.cumsum(s.ks_w)) / total
     before = np.concatenate([[s.below / total], femp[:-1]])
-    half = 0.5 if s.intervals is not None else 0.0
-    upper = dist.cdf(s.ks_x + half)
-    lower = dist.cdf(s.ks_x - half)
+    if s.clock_s:
+        # what the clock reads: P(reading <= k ticks) = mean over the phase u of F((k + 1 - u) tick)
+        phase = (np.arange(32) + 0.5) / 32
+        ticks = np.rint(s.ks_x / s.clock_s)[:, None]
+        upper = dist.cdf((ticks + 1 - phase) * s.clock_s).mean(axis=1)
+        lower = dist.cdf(np.maximum(ticks - phase, 0) * s.clock_s).mean(axis=1)
+    else:
+        half = 0.5 if s.intervals is not None else 0.0
+        upper = dist.cdf(s.ks_x + half)
+        lower = dist.cdf(s.ks_x - half)
     return float(max(np.max(np.abs(femp - upper)), np.max(np.abs(before - lower))))
 
 
@@ -169,7 +182,7 @@ def _fit_free(name: str, s: _Sample, fixed: dict, x0: np.ndarray) -> tuple[dict,
         try:
             with np.errstate(all="ignore"):
                 ll = fam.log_likelihood(fam.from_vector(vec, fixed), s.x, s.w, s.cap, s.above, s.floor, s.below,
-                                        s.intervals)
+                                        s.intervals, s.clock_s)
         except (ValueError, OverflowError, FloatingPointError):
             return math.inf
         return -ll * per_request if math.isfinite(ll) else math.inf
@@ -188,19 +201,19 @@ def _fit_free(name: str, s: _Sample, fixed: dict, x0: np.ndarray) -> tuple[dict,
 
 def _fit_family(name: str, s: _Sample) -> tuple[dict, float]:
     fam = FAMILIES[name]
-    start = fam.start(s.x, s.w)
+    start = fam.start(s.start_x, s.w)
     if fam.profile_grid is None:
         params, nll = _fit_free(name, s, {p: start[p] for p in fam.fixed}, fam.to_vector(start))
     else:
         # profile likelihood over the one threshold parameter: a grid, then Brent between the best's neighbours
         (key,) = fam.fixed
-        grid = fam.profile_grid(s.x, s.w)
+        grid = fam.profile_grid(s.start_x, s.w)
         if s.cap is not None:
             grid = grid[grid < s.cap]
         results = {}
 
         def profile(value: float) -> float:
-            start_at = fam.to_vector(fam.start(s.x, s.w, **{key: float(value)}))
+            start_at = fam.to_vector(fam.start(s.start_x, s.w, **{key: float(value)}))
             results[float(value)] = _fit_free(name, s, {key: float(value)}, start_at)
             return results[float(value)][1]
         values = [profile(v) for v in grid]
@@ -228,7 +241,8 @@ def _candidate(name: str, s: _Sample, n: float) -> Candidate:
 
 
 def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None = None, detect: bool = True,
-                floor: float | None = None, families: tuple[str, ...] | None = None, seed: int = 0) -> LengthFit:
+                floor: float | None = None, clock_s: float | None = None, families: tuple[str, ...] | None = None,
+                seed: int = 0) -> LengthFit:
     """Fit every length family by (censored) maximum likelihood and rank them.
 
     Parameters
@@ -243,6 +257,10 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
     floor : float, optional
         Values at or below it are censored from below (known only to be at most ``floor``): the ties of a clock
         whose resolution is ``floor``.
+    clock_s : float, optional
+        The values are gaps read off a clock of this tick that floors timestamps (every value a whole number of
+        ticks, ties 0): each is fitted by the probability the clock reads it
+        (:func:`planner.workload.fitting.families.clock_log_probs`), none dropped.
     families : tuple of str, optional
         Subset of :data:`planner.workload.fitting.families.FAMILIES`; all by default.
     seed : int
@@ -259,7 +277,7 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
     x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float)
     order = np.argsort(x)
     x, w = x[order], w[order]
-    low = x <= (floor if floor is not None else 0.0)
+    low = x <= (floor if floor is not None else 0.0) if clock_s is None else x < 0
     below = float(w[low].sum()) if floor is not None else 0.0
     dropped = 0 if floor is not None else int(w[low].sum())
     if floor is None:
@@ -268,7 +286,8 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         raise ValueError("need at least two positive values to fit a length distribution")
     n = float(w.sum())
     empirical = {k: exact_quantile(x, w, q) for k, q in QUANTILES.items()}
-    x, w = x[x > (floor or 0.0)], w[x > (floor or 0.0)]
+    if clock_s is None:
+        x, w = x[x > (floor or 0.0)], w[x > (floor or 0.0)]
     if cap is None and detect:
         cap = detect_cap(x, w)
     above = float(w[x >= cap].sum()) if cap is not None else 0.0
@@ -282,7 +301,9 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         fx, fw = fx[drawn > 0], drawn[drawn > 0].astype(float)
     if len(fx) < 2:
         raise ValueError("need at least two distinct uncensored values to fit a length distribution")
-    if np.all(np.mod(x, 1.0) == 0) and floor is None:
+    if clock_s is not None:
+        sample = _Sample(fx, fw, fx, fw, scale=scale, clock_s=clock_s)
+    elif np.all(np.mod(x, 1.0) == 0) and floor is None:
         bx, bw, intervals = _token_intervals(fx, fw)
         # whole tokens at or above a cap of 512.5 are those from 513: censored from 512.5, where token 512's own
         # interval ends (censoring from cap - 0.5 = 512 counted [512, 512.5) twice)
