@@ -55,8 +55,9 @@ def test_the_point_estimate_holds_and_one_replica_fewer_does_not(busy, sized):
 
 def test_the_confident_count_is_the_90th_percentile_of_what_each_resample_needs(busy, sized):
     at_rate = SimWorkload(busy.arrival_s / 2.0, busy.input_tokens, busy.output_tokens, "x2")
-    block = block_seconds(at_rate)
-    samples = [block_bootstrap(at_rate, seed, block) for seed in range(10)]
+    # blocks of whole minutes of the trace's own clock, halved on the replay's (headroom 2)
+    assert sized.block_s == block_seconds(busy)
+    samples = [block_bootstrap(at_rate, seed, sized.block_s / 2.0) for seed in range(10)]
     k = sized.confident_replicas
     share = np.mean([_holds(s, k) for s in samples])
     assert share >= CONFIDENCE and k >= sized.replicas       # it holds on the trace too

@@ -68,7 +68,7 @@ class FleetSizing:
     confidence: float
     resamples: int
     held_share: float | None        # share of resamples the point estimate holds in
-    block_s: float
+    block_s: float                  # the bootstrap's block on the trace's own clock (÷ headroom on the replay's)
     growth: float
     growth_replicas: int | None
     schedule: list[dict]
@@ -200,17 +200,19 @@ def size_fleet(workload: SimWorkload, scenario: Scenario, slo: SLOClass, qps_per
     """
     search = FleetSearch(scenario, slo, router, max_queue_s, counter, executor)
     work = replace(workload, arrival_s=workload.arrival_s / headroom)
+    # whole minutes of the trace's own clock, where its dependence is: read off the replay's compressed clock, a
+    # headroom of 4 gave a 10-minute trace fewer bins than the dependence estimate takes, and 245-s blocks
+    block = block_seconds(workload)
     rate = arrival_rate_rps(work.arrival_s) or 0.0
     guess = max(1, math.ceil(rate / qps_per_replica)) if qps_per_replica > 0 else 1
     point = search.smallest("trace", work, guess)
     if point is None:
         return FleetSizing(router, None, _curve(search, "trace"), None, CONFIDENCE, resamples, None,
-                           block_seconds(work), growth, None, [], None, None)
+                           block, growth, None, [], None, None)
     for n in (point - 2, point - 1, point + 1):       # the chart's neighbours: N − 1 fails, N + 1 holds
         if 1 <= n <= MAX_REPLICAS:
             search.point("trace", work, n)
-    block = block_seconds(work)
-    samples = [block_bootstrap(work, seed, block) for seed in range(resamples)]
+    samples = [block_bootstrap(work, seed, block / headroom) for seed in range(resamples)]
     needs = parallel_map(lambda i, _: search.smallest(("boot", i), samples[i], point), range(resamples),
                          workers=search.executor.workers)
     held = float(np.mean([search.point(("boot", i), samples[i], point).holds for i in range(resamples)])) \
