@@ -96,6 +96,19 @@ def test_a_router_sees_a_replica_mid_step_as_it_was_when_the_step_began():
     assert result.first_token[2] - 0.005 < 0.1 < result.finish[0]
 
 
+def test_least_loaded_sends_requests_where_no_queue_waits_for_a_slot():
+    # one long request on replica 0, then 30 short ones under max_num_seqs 4: by outstanding tokens alone all 30
+    # went to replica 1 (26 of them waiting for its 4 slots, while replica 0 had 3 free) and the last request
+    # queued 20 s; waiting requests first, as llm-d's queue scorer ranks them, splits them
+    scenario = Scenario(get_model("llama-3-8b"), get_gpu("h100-sxm"), max_num_seqs=4)
+    arrival = np.concatenate([[0.0], 0.001 + 0.0001 * np.arange(30), [0.5]])
+    prompt = np.concatenate([[7000], np.full(30, 200), [200]])
+    output = np.concatenate([[2000], np.full(30, 500), [50]])
+    result = simulate(SimWorkload(arrival, prompt, output, "long first"), scenario, fleet=Fleet(2, "least-loaded"))
+    assert np.bincount(result.replica).tolist() == [16, 16]
+    assert result.queue_s[-1] < 13.0
+
+
 def test_least_loaded_splits_equal_requests_evenly():
     work = sorted_workload(np.zeros(64), np.full(64, 200), np.full(64, 50), "burst")
     result = simulate(work, SCENARIO, fleet=Fleet(4, "least-loaded"))

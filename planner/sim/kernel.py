@@ -166,7 +166,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             if router != ROUND_ROBIN:
                 for j in range(replicas):
                     seen_load[j] = step_load[j] if clocks[j] > arrival[r] else load[j]
-            j = route(router, r, replicas, seen_load, group, home, stick_tokens, turn, parent, replica)
+            j = route(router, r, replicas, sizes, seen_load, group, home, stick_tokens, turn, parent, replica)
             turn = j + 1
             replica[r] = j
             if counts[j] == 0 and sizes[j] == 0 and clocks[j] < arrival[r]:

@@ -18,19 +18,20 @@ class Router:
 
 
 @numba.njit(cache=True, nogil=True)
-def route(router, r, replicas, load, group, home, stick_tokens, turn, parent, replica):
+def route(router, r, replicas, waiting, load, group, home, stick_tokens, turn, parent, replica):
     """The replica request ``r`` goes to: round-robin by arrival order (of the requests that fit
-    ``max_model_len``); least-loaded by outstanding tokens (the rotation from ``turn`` breaks ties); prefix-aware
-    sends a request to the replica of the request it shares its prefix with (``parent``: that replica cached the
-    prefix), else a group (session) back to its replica, unless that one holds more than twice the least load plus
-    ``stick_tokens``. ``load`` is each replica's as it stands at the arrival (no metrics staleness), a replica in
-    the middle of a step showing what it held when the step began plus what was routed to it since."""
+    ``max_model_len``); least-loaded by the fewest requests waiting for a batch slot, then the fewest outstanding
+    tokens (the rotation from ``turn`` breaks ties); prefix-aware sends a request to the replica of the request it
+    shares its prefix with (``parent``: that replica cached the prefix), else a group (session) back to its
+    replica, unless that one holds more than twice the least load plus ``stick_tokens``. ``waiting`` and ``load``
+    are each replica's as they stand at the arrival (no metrics staleness): its queue (a step takes requests from
+    it when it begins), and its tokens as they were when its step began plus what was routed to it since."""
     if router == ROUND_ROBIN or replicas == 1:
         return r % replicas
     best = turn % replicas
     for step in range(1, replicas):
         j = (turn + step) % replicas
-        if load[j] < load[best]:
+        if waiting[j] < waiting[best] or (waiting[j] == waiting[best] and load[j] < load[best]):
             best = j
     if router == PREFIX_AWARE and 0 <= parent[r] < r:
         there = replica[parent[r]]
