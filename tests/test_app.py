@@ -288,12 +288,7 @@ def test_workload_arrivals_of_one_instant_show_no_rate_and_no_test(tmp_path, mon
     (tmp_path / "burst.csv").write_text("arrival,input_tokens,output_tokens\n" + "5,100,20\n" * 3)
     ingest_file(con, tmp_path / "burst.csv")
     con.close()
-    monkeypatch.setenv("PLANNER_DB", str(db))
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.query_params["trace"] = "burst"
-    at.query_params["view"] = "Arrivals"
-    at.run()
-    at.switch_page("pages/workload.py").run()
+    at = app_page("pages/workload.py", db, monkeypatch, trace="burst", view="Arrivals")
     assert not at.exception
     tiles = {m.label: m.value for m in at.metric}
     assert tiles["Mean rate"] == "—" and tiles["Poisson?"] == "untested"
