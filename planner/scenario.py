@@ -36,7 +36,6 @@ AUTO_FIELDS = ("weight_dtype", "max_model_len", "block_size", "max_num_seqs", "m
                "async_scheduling")
 
 
-
 @dataclass(frozen=True)
 class Scenario:
     """A model served on ``tp`` × ``gpu`` by one engine with its settings, and how steps are costed.

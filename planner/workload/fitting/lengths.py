@@ -15,7 +15,7 @@ import numpy as np
 from scipy import optimize
 from threadpoolctl import threadpool_limits
 
-from planner.workload.fitting.families import FAMILIES
+from planner.workload.fitting.families import CLOCK_PHASES, FAMILIES
 
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 MAX_DISTINCT = 100_000       # above this many distinct values, fit on a seeded subsample of requests
@@ -162,7 +162,7 @@ def _ks(dist, s: _Sample) -> float:
     before = np.concatenate([[s.below / total], femp[:-1]])
     if s.clock_s:
         # what the clock reads: P(reading <= k ticks) = mean over the phase u of F((k + 1 - u) tick)
-        phase = (np.arange(32) + 0.5) / 32
+        phase = (np.arange(CLOCK_PHASES) + 0.5) / CLOCK_PHASES
         ticks = np.rint(s.ks_x / s.clock_s)[:, None]
         upper = dist.cdf((ticks + 1 - phase) * s.clock_s).mean(axis=1)
         lower = dist.cdf(np.maximum(ticks - phase, 0) * s.clock_s).mean(axis=1)
