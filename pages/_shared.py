@@ -190,7 +190,9 @@ def show_table(table, key: str, transpose: bool = False, **kwargs) -> None:
                  **kwargs)
 
 
-def show_rejections(note: str | None) -> None:
-    """The one warning every simulating page shows when prompts do not fit ``max_model_len``."""
-    if note:
-        st.warning(note, icon=":material/block:")
+def show_notes(*notes: str | None) -> None:
+    """The warnings every simulating page shows above its figures: prompts that do not fit ``max_model_len``, a
+    replay too short for its verdict (:attr:`planner.sim.results.SimulationSummary.notes`)."""
+    for note in notes:
+        if note:
+            st.warning(note, icon=":material/warning:")

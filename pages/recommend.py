@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages._calibration import served_models, show_warning
 from pages._scenario import current
-from pages._shared import recommendation, require_frame, selected_trace, show_rejections, show_table
+from pages._shared import recommendation, require_frame, selected_trace, show_notes, show_table
 from planner.charts import recommend as recommend_charts
 from planner.errors import PlannerError
 from planner.recommend.plan import searched_calibration_warnings
@@ -30,7 +30,7 @@ except PlannerError as exc:
     st.error(str(exc))
     st.stop()
 bar.progress(1.0, text=f"{out.simulations} simulations")
-show_rejections(out.rejection_note)
+show_notes(out.rejection_note)
 
 show_table(class_table(out), "recommend_table", transpose=True)
 show_table(fleet_table(out), "fleet_table", transpose=True)

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pages._scenario import current
-from pages._shared import connection, recommendation, require_frame, selected_trace, show_rejections
+from pages._shared import connection, recommendation, require_frame, selected_trace, show_notes
 from pages._signin import workspace_owner
 from planner.errors import PlannerError
 from planner.report.build import build_report
@@ -34,7 +34,7 @@ if st.button("Build and save the report", type="primary", key="report_build"):
                               progress=lambda f, m: bar.progress(0.8 + 0.15 * min(f, 1.0), text=m))
         bar.progress(0.96, text="rendering charts")
         st.session_state["report_saved"] = publish_report(connection(), report, workspace_owner()).report_id
-        st.session_state["report_note"] = report.simulation.rejection_note if report.simulation else None
+        st.session_state["report_note"] = report.simulation.notes if report.simulation else []
         bar.progress(1.0, text="saved")
     except PlannerError as exc:
         bar.empty()
@@ -47,7 +47,7 @@ if saved_id:
     saved = load_report(connection(), saved_id)
     link = f"{base_url}/?report={saved_id}"
     st.success("Saved: " + markdown_text(saved.title))
-    show_rejections(st.session_state.get("report_note"))
+    show_notes(*st.session_state.get("report_note", []))
     st.code(link, language=None)
     stem = f"capacity-report-{saved_id}"
     c = st.columns(3)

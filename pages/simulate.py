@@ -5,7 +5,7 @@ import streamlit as st
 from pages._calibration import calibration_section, measured_latency, served_by_choice, served_models, show_warning
 from pages._prefix import shared_prefix
 from pages._scenario import URL, current
-from pages._shared import pool_edge, require_frame, selected_trace, show_rejections, show_table, simulation
+from pages._shared import pool_edge, require_frame, selected_trace, show_notes, show_table, simulation
 from planner.charts import sim as sim_charts
 from planner.errors import PlannerError
 from planner.sim.engines import get_engine
@@ -51,7 +51,7 @@ except PlannerError as exc:
     st.error(str(exc))
     st.stop()
 progress.progress(1.0, text=f"{summary.steps:,} steps simulated in {summary.sim_wall_s:.2f} s")
-show_rejections(summary.rejection_note)
+show_notes(*summary.notes)
 
 m = st.columns(4)
 m[0].metric("Completed", f"{summary.completed:,}", help=f"of {summary.requests:,} requests; "

@@ -179,6 +179,21 @@ def test_verdicts_light_load_stable_a_drained_surge_backlogged_overload_overload
     assert summarize(over).saturated and not summarize(_run(0.4 * capacity)).saturated
 
 
+def test_a_replay_shorter_than_its_requests_says_its_verdict_covers_the_burst_only():
+    capacity = 3000 / _run(float("inf")).duration_s
+    short = _run(1.5 * capacity, n=24)                  # fewer requests than max_num_seqs: none ever waits
+    assert short.verdict == "stable" and _run(1.5 * capacity).verdict == "overloaded"
+    window_s = float(np.ptp(short.workload.arrival_s))
+    median_s = float(np.median(short.e2e_s))
+    assert window_s < median_s
+    note = summarize(short).window_note
+    assert note.startswith(f"The 24 requests arrive over {window_s:,.1f} s, less than their median latency "
+                           f"({median_s:,.1f} s)") and '"stable" describes this burst' in note
+    assert summarize(short).notes == [note] and summarize(short).to_dict()["window_note"] == note
+    assert summarize(_run(0.4 * capacity)).window_note is None              # a long window: the verdict holds
+    assert summarize(_run(1.5 * capacity)).window_note is None              # overloaded needs no caveat
+
+
 def test_a_run_a_search_stops_counts_only_the_requests_it_routed():
     from planner.sim.results import per_replica
 

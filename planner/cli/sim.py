@@ -96,6 +96,7 @@ def cmd_simulate(args) -> None:
                      f"{s.throughput_tok_s['output']:,.0f} output tok/s, {s.preemptions} preemptions"
                      f", queue {s.verdict} (p99 {s.queue_ms.p99 or 0:,.0f} ms)"
                      + (f"\n{s.rejection_note}" if s.rejection_note else "")
+                     + (f"\n{s.window_note}" if s.window_note else "")
                      + (f"\n{margin.sentence()}" if margin else ""))
 
 

@@ -107,7 +107,7 @@ def _missing(key: str, report: Report) -> str | None:
     if key in ("recommendations", "sensitivity") and report.recommendation_error:
         return f"No recommendation: {report.recommendation_error}"
     if key == "simulation":
-        return report.simulation.rejection_note
+        return " ".join(report.simulation.notes) or None
     return None
 
 

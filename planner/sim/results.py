@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.jsonable import PERCENTILES
 from planner.sim.fleet import ONE, Fleet
-from planner.sim.stability import saturated, verdict
+from planner.sim.stability import saturated, verdict, window_note
 from planner.sim.workload import SimWorkload
 from planner.tables import Table
 
@@ -230,6 +230,7 @@ class SimulationSummary:
     saturated: bool = False     # the load exceeded capacity (:func:`planner.sim.stability.saturated`)
     prefix_cache: dict = field(default_factory=dict)
     per_replica: list[ReplicaSummary] = field(default_factory=list)
+    window_note: str | None = None      # the verdict may not hold for the rate (stability.window_note)
 
     @property
     def rejection_note(self) -> str | None:
@@ -244,6 +245,11 @@ class SimulationSummary:
                 f"{self.settings['num_blocks']:,}-block pool holds (vLLM refuses to start on a pool smaller than one "
                 "max_model_len request); expected a larger pool, or a shorter max_model_len")
         return f"{note} {pool}" if note else pool
+
+    @property
+    def notes(self) -> list[str]:
+        """What every view of the replay warns of: refused requests, then a window too short for the verdict."""
+        return [note for note in (self.rejection_note, self.window_note) if note]
 
     def latency_table(self) -> Table:
         """TTFT, TPOT, E2E and queueing percentiles (ms), one row each."""
@@ -288,6 +294,7 @@ class SimulationSummary:
         out.update({k: getattr(self, k) for k in ("throughput_tok_s", "completion_rate_rps", "preemptions",
                                                   "duration_s", "sim_wall_s", "steps", "saturated", "settings")})
         out["rejection_note"] = self.rejection_note
+        out["window_note"] = self.window_note
         out.update(replicas=self.replicas, router=self.router, verdict=self.verdict, prefix_cache=self.prefix_cache,
                    per_replica=[r.to_dict() for r in self.per_replica])
         out["per_input_bucket"] = [b.to_dict() for b in self.per_input_bucket]
@@ -371,6 +378,7 @@ def summarize(result: SimResult, buckets: tuple[float, ...] = BUCKET_EDGES) -> S
         per_input_bucket=per_bucket, replicas=result.fleet.replicas, router=result.fleet.router,
         verdict=result.verdict, saturated=saturated(w.arrival_s, result.first_scheduled, result.rejected),
         prefix_cache=prefix_cache_stats(result, done), per_replica=per_replica(result),
+        window_note=window_note(w.arrival_s, result.rejected, result.e2e_s, result.verdict),
         timeline=Timeline(timeline[:, 0].tolist(), timeline[:, 1].tolist(), timeline[:, 2].tolist(),
                           timeline[:, 3].tolist(), (timeline[:, 4] * 1e3).tolist()))
 

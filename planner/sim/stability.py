@@ -80,3 +80,22 @@ def saturated(arrival_s: np.ndarray, first_scheduled_s: np.ndarray, rejected: np
     keep = ~rejected
     arrival = arrival_s[keep]
     return outcome == "backlogged" and (arrival.size < 2 or float(np.ptp(arrival)) <= 0)
+
+
+def window_note(arrival_s: np.ndarray, rejected: np.ndarray, e2e_s: np.ndarray, outcome: str) -> str | None:
+    """Why a verdict short of ``overloaded`` may not hold for the rate, or None: the requests arrive over less time
+    than their median latency (``e2e_s``, NaN for those not completed), so the replay ends before the server
+    reaches a steady state. 600 requests of 64 → 512 tokens at 90 req/s on one H100 arrive in 7.1 s and read
+    stable (none waits: the batch never fills), while a longer run at that rate overloads: :func:`verdict` reads
+    the arrival window only."""
+    arrival = arrival_s[~rejected]
+    done = e2e_s[np.isfinite(e2e_s)]
+    if outcome == "overloaded" or arrival.size < 2 or not done.size:
+        return None
+    window_s, median_s = float(np.ptp(arrival)), float(np.median(done))
+    if not 0 < window_s < median_s:     # a burst at one instant is judged as a burst (:func:`saturated`)
+        return None
+    return (f"The {arrival.size:,} requests arrive over {window_s:,.1f} s, less than their median latency "
+            f"({median_s:,.1f} s): the replay ends before the server reaches a steady state, so the verdict "
+            f"\"{outcome}\" describes this burst, not its rate sustained. To judge the rate, replay more requests "
+            "at it (a longer trace, or draws from the trace's fits).")
