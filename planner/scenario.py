@@ -18,7 +18,8 @@ from planner.catalog.models import WEIGHT_BYTES, ModelSpec, weights_bytes_per_gp
 from planner.catalog.releases import VLLM_ENGINES, VllmRelease, default_version, engine_versions, vllm_release
 from planner.errors import PlannerError
 from planner.scenario_checks import FLAGS, check_cost, check_overheads, choice, integer, number
-from planner.sim.cost_model import CostParams, coefficients, swap_block_seconds
+from planner.capacity.preemption import swap_block_seconds
+from planner.sim.cost_model import CostParams, coefficients
 from planner.sim.engines import ENGINES, EngineSettings
 
 if TYPE_CHECKING:

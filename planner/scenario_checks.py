@@ -70,7 +70,8 @@ def check_cost(cost: CostParams) -> None:
     :data:`planner.sim.cost_model.PARAM_RANGES`."""
     for name, (lo, hi) in PARAM_RANGES.items():
         value = getattr(cost, name)
-        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s", "roofline_p"):
+        if value is None and name in ("mfu", "mbu", "allreduce_latency_s", "tp_step_overhead_s", "roofline_p",
+                                      "link_efficiency"):
             continue            # the GPU's, the engine's
         if not real_number(value) or not math.isfinite(value) or not lo <= value <= hi:
             what = ("seconds" if name.endswith("_s") else "a knee's sharpness" if name == "roofline_p"

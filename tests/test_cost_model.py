@@ -15,7 +15,7 @@ from helpers import ROOT, cli_json, run_cli
 from planner.capacity.memory import Overheads
 from planner.catalog.gpus import DEFAULT_ROOFLINE_P, GPUS, get_gpu
 from planner.catalog.models import weights_bytes
-from planner.catalog.presets import get_model
+from planner.catalog.presets import from_hf_config, get_model
 from planner.errors import PlannerError
 from planner.scenario import Scenario
 from planner.sim.calibration import fit_points, predict_points, read_points
@@ -931,3 +931,49 @@ def test_a_mesh_gpu_reaches_one_direct_link_per_peer():
     model = get_model("llama-3.1-70b")
     comm = {tp: Scenario(model, mi300x, tp=tp).coefficients.comm_s_per_token for tp in (2, 8)}
     assert comm[8] / comm[2] == pytest.approx((1.75 / 448) / (1 / 64))
+
+
+def test_an_all_reduce_over_pcie_is_discounted_once_by_its_measured_efficiency():
+    # Gen4's 32 GB/s per direction at 0.7 (Vidur's 4 x A100 PCIe TP 4 tables), not 0.8 x 32 GB/s and 0.4 on top of
+    # that; NVLink stays at 0.4 of 300 GB/s. Llama-3.1-70B: 2 all-reduces x 80 layers x 8,192 x 2 bytes per token
+    model = get_model("llama-3.1-70b")
+    per_token = 2 * 80 * 8192 * 2
+    pcie = S(model, get_gpu("a100-80gb-pcie"), tp=4).coefficients.comm_s_per_token
+    assert pcie == pytest.approx(1.5 * per_token / (32e9 * 0.7))
+    assert S(model, A100, tp=4).coefficients.comm_s_per_token == pytest.approx(1.5 * per_token / (300e9 * 0.4))
+    # a calibration's own efficiency is kept; swap copies take the host link as a copy achieves it (25.6 GB/s)
+    fitted = S(model, get_gpu("l40s"), tp=2, cost=CostParams(link_efficiency=0.5)).coefficients.comm_s_per_token
+    assert fitted == pytest.approx(per_token / (32e9 * 0.5))
+    assert get_gpu("l40s").pcie_bytes_s == get_gpu("a100-80gb-sxm").pcie_bytes_s == 25.6e9
+
+
+def test_falcon_sums_its_parallel_attention_and_mlp_before_one_all_reduce():
+    # vllm/model_executor/models/falcon.py: with parallel_attn or new_decoder_architecture the row-parallel layers
+    # do not reduce; the layer adds both outputs and all-reduces once
+    falcon = get_model("falcon-180b")
+    assert falcon.allreduces_per_layer == 1 and get_model("llama-3-70b").allreduces_per_layer == 2
+    c = S(falcon, get_gpu("h100-sxm"), tp=8).coefficients
+    assert c.comm_s_per_token == pytest.approx(1.75 * 80 * 14848 * 2 / (450e9 * 0.4))
+    assert c.comm_fixed_s == pytest.approx(80 * 10e-6 * 3)
+    sequential = from_hf_config({"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+                                    "num_attention_heads": 71, "vocab_size": 65024, "parallel_attn": False})
+    assert sequential.allreduces_per_layer == 2
+
+
+def test_a_rank_computes_the_layers_every_rank_holds_whole():
+    # DeepSeek-V3 at TP 8: 35.70 B linear parameters active per token, 1.03 B of them replicated (MLA's latent
+    # projections, the MoE gates): 5.36 B per rank, not 4.46 B; attention in MLA's MHA form, 2 · 192 + 2 · 128 FLOPs
+    # per (query, key) pair and head
+    s = S(get_model("deepseek-v3"), get_gpu("h200"), tp=8)
+    c, params = s.coefficients, s.cost.resolved(s)
+    rank_flops_per_token = c.linear_s_per_token * params.mfu * 8 * s.gpu.peak_flops(s.weight_dtype) / 2 / 8
+    assert rank_flops_per_token == pytest.approx(5_363_528_384, rel=1e-9)
+    pair_flops = c.attn_s_per_pair * params.mfu * 8 * s.gpu.attention_peak_flops(s.kv_cache_dtype)
+    assert pair_flops == pytest.approx(61 * 128 * (2 * 192 + 2 * 128), rel=1e-9)
+
+
+def test_a_decode_step_holds_at_most_max_model_len_tokens():
+    s = S(max_model_len=4096)
+    assert predict_step(s, [], [(1, 4095)])["step_ms"] > 0          # the decoded token is the 4,096th
+    with pytest.raises(PlannerError, match="expected at most --max-model-len − 1 \\(4,095\\)"):
+        predict_step(s, [], [(1, 4096)])

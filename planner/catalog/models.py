@@ -66,6 +66,9 @@ class ModelSpec:
     learned_positions: int = 0        # OPT: learned position embeddings (max_position + 2 rows)
     sliding_window: int | None = None
     sliding_layers: int = 0           # how many layers use the window
+    # tensor-parallel all-reduces per layer: attention's and the MLP's, but one where they run side by side and
+    # are summed first (Falcon's parallel attention: vllm/model_executor/models/falcon.py)
+    allreduces_per_layer: int = 2
     mla: MLA | None = None
     moe: MoE | None = None
     mtp_layers: int = 0               # DeepSeek multi-token-prediction layers (not counted in the main model)

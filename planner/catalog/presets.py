@@ -153,6 +153,7 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
         bias = _flag(cfg, "bias", False)
         base.update(kv_heads=kv_heads, gated_mlp=False, norm="layer", qkv_bias=bias, out_bias=bias, mlp_bias=bias,
                     norms_per_layer=2 if new_arch else 1,
+                    allreduces_per_layer=1 if new_arch or _flag(cfg, "parallel_attn", True) else 2,
                     intermediate=_whole(cfg, "ffn_hidden_size", default=4 * hidden))
     elif model_type == "opt":
         enable_bias = _flag(cfg, "enable_bias", True)

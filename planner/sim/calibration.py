@@ -44,7 +44,7 @@ CV_FOLDS = 10            # calibrate --points: each row predicted by a fit witho
 # calibration files written before the fitted names were recorded, by the source their fit's report names: what
 # that fit set, and what it froze at the measured GPU's and engine's values, which a scenario now leaves to its own
 LEGACY_FITTED = {"iterations": _POINT_PARAMS, "trace TTFT/TPOT quantiles": TRACE_PARAMS}
-LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s")
+LEFT_TO_THE_SERVER = ("roofline_p", "allreduce_latency_s", "tp_step_overhead_s", "link_efficiency")
 # a fit still this far off (median |error| of its own data) is refused: the data are not the scenario's server's
 # (the bench's six DistServe rows fit at 1.7%, the bundled sample's llama-3-8b TTFT/TPOT at 3.4%; step_ms or
 # ttft_ms given in seconds, at 100% and more)

@@ -7,8 +7,9 @@ overhead: the linear layers' ``max(FLOPs / (MFU · peak), weight bytes / (MBU ·
 (``roofline_p``). They are apart because the GPU runs them apart: each layer's attention kernel starts when its QKV
 GEMM ends and the output GEMM waits for it, so a mixed step's KV reads do not hide under its GEMMs' compute (Vidur
 sums its operators' times the same way; a single ``max`` over the step, BLIS's, lets them overlap).
-Linear layers cost ``2 · active parameters`` FLOPs per token (and the logits ``2 · vocab · hidden`` per sequence);
-causal attention ``4 · layers · heads · head_dim`` per (query, key) pair; each kind at the tensor peak it runs at
+Linear layers cost ``2 · active parameters`` FLOPs per token (those every rank holds whole, on every rank), the
+logits ``2 · vocab · hidden`` per sequence; causal attention ``2 · layers · heads · (qk + v head widths)`` per
+(query, key) pair (``4 · layers · heads · head_dim`` but for MLA); each kind at the tensor peak it runs at
 (an 8-bit checkpoint's linear layers at the 8-bit one, attention and the logits in 16 bits). The linear layers
 stream the weights (the experts an MoE step's tokens touch); attention reads the KV cache of the batch's context
 and writes its new tokens'. Defaults and their sources:
@@ -25,17 +26,13 @@ import numba
 import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.models import active_param_count, param_count, routed_expert_param_count, weights_bytes_per_gpu
+from planner.catalog.models import (active_param_count, param_count, replicated_param_count, routed_expert_param_count,
+                                    weights_bytes_per_gpu)
 from planner.errors import PlannerError
 from planner.sim.step_spec import batch_aggregates
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
-
-# one host<->device copy's fixed cost (V0 swaps block by block, layer by layer): performance-models.md §2's ~5-10 µs
-# per-kernel floor, AIConfigurator's 10 µs per p2p copy
-HOST_COPY_LATENCY_S = 10e-6
-
 
 @dataclass(frozen=True)
 class FittedOn:
@@ -112,8 +109,9 @@ class CostParams:
     tp_step_overhead_s : float or None
         Extra time per step under tensor parallelism: the driver handing each step's batch to the other ranks'
         workers. None: the engine's (vLLM V0 over Ray 7 ms; vLLM V1's shared-memory broadcast 0).
-    link_efficiency : float
-        Effective over nominal GPU-link bandwidth for all-reduce (Vidur A100 medians imply 0.3-0.6).
+    link_efficiency : float or None
+        Effective over nominal GPU-link bandwidth for all-reduce. None: the GPU's
+        (:attr:`planner.catalog.gpus.GPU.link_efficiency`: 0.4 over NVLink, 0.7 over PCIe, from Vidur's A100 tables).
     piecewise_layer_s : float
         What a step holding prefill tokens pays per layer over a decode-only one: vLLM V1 replays one full CUDA
         graph for a decode batch, but splits a mixed batch's graph around attention (piecewise), launching
@@ -147,7 +145,7 @@ class CostParams:
     seq_overhead_s: float = 4e-6
     allreduce_latency_s: float | None = None
     tp_step_overhead_s: float | None = None
-    link_efficiency: float = 0.4
+    link_efficiency: float | None = None
     roofline_p: float | None = None
     piecewise_layer_s: float = 16e-6
     frontend_s: float = 6e-3
@@ -200,6 +198,7 @@ class CostParams:
         return replace(self, mfu=gpu.mfu if self.mfu is None else self.mfu,
                        mbu=gpu.mbu if self.mbu is None else self.mbu,
                        roofline_p=gpu.roofline_p if self.roofline_p is None else self.roofline_p,
+                       link_efficiency=gpu.link_efficiency if self.link_efficiency is None else self.link_efficiency,
                        allreduce_latency_s=(self.allreduce_latency_s if self.allreduce_latency_s is not None
                                             else gpu.allreduce_floor_s(scenario.engine_spec.v1_runtime)),
                        tp_step_overhead_s=(self.tp_step_overhead_s if self.tp_step_overhead_s is not None
@@ -247,9 +246,16 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
                  else gpu.bf16_flops)
     embedding = model.vocab * model.hidden * (1 if model.tied_embeddings else 2)
     linear_params = active_param_count(model) - embedding          # the embedding lookup costs no FLOPs
-    attn_width = model.heads * ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim) if model.mla
-                                else model.head_dim)
-    comm_bytes_per_token = 2 * model.layers * model.hidden * 2     # two all-reduces per layer, bf16 activations
+    # a (query, key) pair costs 2 · qk width for the score and 2 · v width for the weighted value, per head. MLA
+    # prefills in MHA form, its latent expanded (vLLM's MLA backends: 2 · 192 + 2 · 128 on DeepSeek-V3); its
+    # absorbed decode (2 · 576 + 2 · 512) is not told apart: at the TP degrees it runs at, decode reads its KV longer
+    qk_width, v_width = ((model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim, model.mla.v_head_dim)
+                         if model.mla else (model.head_dim, model.head_dim))
+    allreduces = model.layers * model.allreduces_per_layer
+    comm_bytes_per_token = allreduces * model.hidden * 2        # bf16 activations
+    # a rank computes its shard of the split layers and the whole of those every rank holds (MLA's latent
+    # projections, MoE gates: replicated_param_count): DeepSeek-V3 at TP 8, 5.36 B parameters per rank, not 4.46 B
+    rank_linear_params = linear_params + (tp - 1) * replicated_param_count(model)
     ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
     link = gpu.link_bytes_s(tp) * params.link_efficiency
     weight_bytes = weights_bytes_per_gpu(model, scenario.weight_dtype, tp)
@@ -264,14 +270,14 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     gathered_bytes = 0 if model.tied_embeddings else math.ceil(model.vocab / tp) * model.hidden * 2
     piecewise_s = model.layers * params.piecewise_layer_s if scenario.engine_spec.v1_runtime else 0.0
     return StepCoefficients(
-        linear_s_per_token=2.0 * linear_params / (rate * gpu.peak_flops(scenario.weight_dtype)),
+        linear_s_per_token=2.0 * rank_linear_params / (rate * gpu.peak_flops(scenario.weight_dtype)),
         logit_s_per_seq=2.0 * model.vocab * model.hidden / (rate * gpu.bf16_flops),
-        attn_s_per_pair=4.0 * model.layers * attn_width / (rate * attn_peak),
+        attn_s_per_pair=2.0 * model.layers * model.heads * (qk_width + v_width) / (rate * attn_peak),
         s_per_byte=1.0 / (params.mbu * gpu.hbm_bw_bytes_s),
         weight_bytes=weight_bytes - gathered_bytes,
         kv_bytes_per_token=kv_bytes_per_token(model, scenario.kv_cache_dtype, tp),
         comm_s_per_token=ring * comm_bytes_per_token / link if tp > 1 else 0.0,
-        comm_fixed_s=2 * model.layers * params.allreduce_latency_s * math.log2(tp) if tp > 1 else 0.0,
+        comm_fixed_s=allreduces * params.allreduce_latency_s * math.log2(tp) if tp > 1 else 0.0,
         # a V1 release without full decode graphs runs every step piecewise: the cost is per step, not per mixed one
         step_overhead_s=(params.step_overhead_s + (params.tp_step_overhead_s if tp > 1 else 0.0)
                          + (piecewise_s if not scenario.release.full_decode_graphs else 0.0)),
@@ -279,15 +285,6 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
         roofline_p=params.roofline_p,
         mixed_step_s=piecewise_s if scenario.release.full_decode_graphs else 0.0,
         expert_bytes=expert_bytes, expert_miss_log=miss)
-
-
-def swap_block_seconds(scenario: Scenario) -> float:
-    """Seconds to copy one KV block (every layer's K and V, as vLLM V0 swaps block by block, layer by layer) one
-    way between GPU and host: each copy pays a launch latency plus its bytes over the host link."""
-    model = scenario.model
-    copies = model.layers * (1 if model.mla else 2)
-    block_bytes = scenario.block_size * kv_bytes_per_token(model, scenario.kv_cache_dtype, scenario.tp)
-    return copies * HOST_COPY_LATENCY_S + block_bytes / scenario.gpu.pcie_bytes_s
 
 
 def prefill_seconds(scenario: Scenario, tokens) -> np.ndarray:
@@ -384,10 +381,10 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
         if tokens + context > scenario.max_model_len:
             raise PlannerError(f"--prefill {tokens}@{context}: {tokens + context:,} tokens of context; expected at "
                                f"most --max-model-len ({scenario.max_model_len:,})")
-    for _, context in decodes:
-        if context > scenario.max_model_len:
-            raise PlannerError(f"--decode context {context:,}: expected at most --max-model-len "
-                               f"({scenario.max_model_len:,})")
+    for _, context in decodes:      # the decoded token is the sequence's (context + 1)th
+        if context >= scenario.max_model_len:
+            raise PlannerError(f"--decode context {context:,}: expected at most --max-model-len − 1 "
+                               f"({scenario.max_model_len - 1:,}): the decoded token makes {context + 1:,}")
     agg = batch_aggregates(prefills, decodes)
     if agg[0] + agg[2] <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
