@@ -145,8 +145,8 @@ def _bad_cost_value(name: str):
     numbers = st.floats(max_value=0) | st.floats(min_value=1.0001, allow_infinity=True) if fraction \
         else st.floats(max_value=-1e-9) | st.just(float("inf"))
     bad = numbers | st.just(float("nan")) | st.text(max_size=4) | st.lists(st.integers(), max_size=2)
-    # null MFU or MBU is the GPU's default (what a file without them gets), not an error
-    return bad if name in ("mfu", "mbu") else bad | st.none()
+    # null MFU, MBU or link efficiency is the GPU's default (what a file without them gets), not an error
+    return bad if name in ("mfu", "mbu", "link_efficiency") else bad | st.none()
 
 
 COST_PARAMS = ["mfu", "mbu", "link_efficiency", "step_overhead_s", "seq_overhead_s", "frontend_s",

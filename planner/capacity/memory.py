@@ -121,7 +121,7 @@ def non_torch_bytes(tp: int, gpu: GPU, release: VllmRelease) -> int:
     """Default non-torch growth: one GPU's, or under TP the all-reduce buffers' over NVLink or without it."""
     if tp == 1:
         return release.non_torch_single_bytes
-    return release.non_torch_nvlink_bytes if gpu.gpu_link_bytes_s > gpu.pcie_bytes_s else release.non_torch_pcie_bytes
+    return release.non_torch_pcie_bytes if gpu.pcie_peers else release.non_torch_nvlink_bytes
 
 
 def default_batched_tokens(gpu: GPU) -> int:

@@ -67,10 +67,14 @@ class GPU:
     # direction, AMD's MI300X data sheet), where NVLink's switch gives any group the whole gpu_link_bytes_s: a TP
     # group of d GPUs reaches d - 1 links; None: switched
     mesh_link_bytes_s: float | None = None
-    # what an all-reduce achieves of gpu_link_bytes_s (the cost model's link_efficiency where a calibration does
-    # not set it): 0.4 over NVLink and xGMI, Vidur's A100 NVLink medians (0.3 at 8 MB to 0.6 at 64 MB; xGMI has no
-    # source and takes NVLink's); PCIE_LINK_EFFICIENCY over PCIe
-    link_efficiency: float = 0.4
+    # the GPUs reach each other over PCIe only (no NVLink or xGMI): vLLM disables its custom all-reduce there
+    pcie_peers: bool = False
+
+    @property
+    def link_efficiency(self) -> float:
+        """What an all-reduce achieves of :attr:`gpu_link_bytes_s` (the cost model's ``link_efficiency`` where a
+        calibration does not set it): :data:`PCIE_LINK_EFFICIENCY` over PCIe, :data:`LINK_EFFICIENCY` otherwise."""
+        return PCIE_LINK_EFFICIENCY if self.pcie_peers else LINK_EFFICIENCY
 
     @property
     def memory_gib(self) -> float:
@@ -121,10 +125,11 @@ def _gib(value: float) -> int:
 # link, which swap copies use as it is, is given as a copy achieves it, ~80% (25.6 GB/s on Gen4).
 _PCIE4, _PCIE5 = 32 * GB, 64 * GB
 _PCIE4_HOST, _PCIE5_HOST = 0.8 * _PCIE4, 0.8 * _PCIE5
-# An all-reduce's bandwidth over nominal on PCIe (GPU.link_efficiency): 0.7, from Vidur's 4 x A100 PCIe at TP 4
+# An all-reduce's bandwidth over nominal (GPU.link_efficiency). NVLink: 0.4, Vidur's A100 NVLink medians (0.3 at
+# 8 MB to 0.6 at 64 MB; xGMI has no source and takes NVLink's). PCIe: 0.7, from Vidur's 4 x A100 PCIe at TP 4
 # (a100_pairwise_nvlink, whose ring crosses PCIe twice): 8 MB in 0.58 ms and 64 MB in 4.3 ms, 0.74 and 0.73 of
 # Gen4's 32 GB/s past the 50 µs floor (reference/performance-models.md §3)
-PCIE_LINK_EFFICIENCY = 0.7
+LINK_EFFICIENCY, PCIE_LINK_EFFICIENCY = 0.4, 0.7
 # vLLM's custom all-reduce over H100 NVLink: 6.5-10 µs per decode-sized message at TP 2-4 (vllm PRs #24111, #24532)
 HOPPER_NVLINK_ALLREDUCE_S = 10e-6
 
@@ -171,27 +176,27 @@ GPUS: dict[str, GPU] = {g.name: _family(g) for g in (
         fp8_tensor_cores=False),
     GPU("a100-80gb-pcie", "A100 80GB PCIe", _gib(79.15), 80, 1935 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4_HOST, 300,
         1.7, False, "Ampere, HBM2e 1,935 GB/s, PCIe Gen4 (optional 2-GPU NVLink bridge); ≈ 79.15 GiB",
-        fp8_tensor_cores=False, link_efficiency=PCIE_LINK_EFFICIENCY),
+        fp8_tensor_cores=False, pcie_peers=True),
     GPU("a100-40gb-pcie", "A100 40GB PCIe", _gib(39.42), 40, 1555 * GB, 312 * TB, 624 * TB, _PCIE4, _PCIE4_HOST, 250,
         1.1, False, "Ampere, HBM2 1,555 GB/s, PCIe Gen4; ≈ 39.4 GiB",
-        fp8_tensor_cores=False, link_efficiency=PCIE_LINK_EFFICIENCY),
+        fp8_tensor_cores=False, pcie_peers=True),
     GPU("h100-sxm", "H100 80GB SXM5", _gib(79.19), 80, 3350 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5_HOST, 700,
         2.9, True, "Hopper, HBM3 3,350 GB/s, NVLink4 900 GB/s total; CUDA reports 79.19 GiB (vLLM v0.19 logs)",
         v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True, mla_block_size=64),
     GPU("h100-pcie", "H100 80GB PCIe", _gib(79.19), 80, 2000 * GB, 756 * TB, 1513 * TB, _PCIE5, _PCIE5_HOST, 350,
         2.4, True, "Hopper, HBM2e 2,000 GB/s, PCIe Gen5",
-        fp8_attention=True, mla_block_size=64, link_efficiency=PCIE_LINK_EFFICIENCY),
+        fp8_attention=True, mla_block_size=64, pcie_peers=True),
     GPU("h200", "H200 141GB SXM", _gib(139.81), 141, 4800 * GB, 989 * TB, 1979 * TB, 450 * GB, _PCIE5_HOST, 700,
         3.7, True, "Hopper, HBM3e 4,800 GB/s, 141 GB",
         v1_allreduce_latency_s=HOPPER_NVLINK_ALLREDUCE_S, fp8_attention=True, mla_block_size=64),
     GPU("l40s", "L40S 48GB", _gib(44.42), 48, 864 * GB, 362 * TB, 733 * TB, _PCIE4, _PCIE4_HOST, 350,
         1.0, False, "Ada, GDDR6 864 GB/s, PCIe Gen4, no NVLink; 44.42 GiB in vLLM logs (other figures unverified)",
-        link_efficiency=PCIE_LINK_EFFICIENCY),
+        pcie_peers=True),
     GPU("l4", "L4 24GB", _gib(22.05), 24, 300 * GB, 121 * TB, 242 * TB, _PCIE4, _PCIE4_HOST, 72,
-        0.5, False, "Ada, GDDR6 300 GB/s, 72 W (datasheet figures, unverified)", link_efficiency=PCIE_LINK_EFFICIENCY),
+        0.5, False, "Ada, GDDR6 300 GB/s, 72 W (datasheet figures, unverified)", pcie_peers=True),
     GPU("a10g", "A10G 24GB", _gib(22.07), 24, 600 * GB, 70 * TB, 140 * TB, _PCIE4, _PCIE4_HOST, 300,
         0.75, False, "Ampere (AWS g5), GDDR6 600 GB/s",
-        fp8_tensor_cores=False, link_efficiency=PCIE_LINK_EFFICIENCY),
+        fp8_tensor_cores=False, pcie_peers=True),
     GPU("mi300x", "MI300X 192GB", _gib(191.98), 192, 5300 * GB, 1307 * TB, 2615 * TB, 7 * 64 * GB, _PCIE5_HOST, 750,
         3.5, True, "CDNA3, HBM3 5,300 GB/s, Infinity Fabric: 7 direct links of 64 GB/s per direction, one to each "
                    "peer of an 8-GPU node", mesh_link_bytes_s=64 * GB),
