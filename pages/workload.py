@@ -44,24 +44,30 @@ if tab_lengths.open:
                               help="max_tokens or context length: values at or above it are censored there. "
                                    "0 = detect a spike at the maximum")
         detect = c3.toggle("Detect a cap", value=True, key="detect", **URL, disabled=cap > 0)
-        x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
-        m = st.columns([1, 2, 1, 1])     # family names such as lognormal_pareto need the room
-        m[0].metric("Requests fitted", f"{fit.n:,}", help="Non-failed requests with a value")
-        m[1].metric("Best fit (AIC)", fit.best)
-        m[2].metric("Cap", f"{fit.censored_at:g}" if fit.censored_at is not None else "none",
-                    help="Values at or above it enter the likelihood through the survival function")
-        m[3].metric("Censored", f"{fit.censored_fraction:.2%}")
-        if fit.dropped_nonpositive:
-            st.caption(f"{fit.dropped_nonpositive:,} zero-length requests are outside every family and not fitted.")
-        show_table(fit.ranking_rows(), "fit_ranking",
-                   column_config=NUMBER | {"p50": st.column_config.NumberColumn("p50 fitted", format="%.4g")})
-        st.caption("Empirical quantiles: " + ", ".join(f"{k} {v:,.4g}" for k, v in fit.empirical_quantiles.items())
-                   + ". Ranked by AIC; KS is a sanity check (ties and caps inflate it), not the ranking.")
-        label = field.replace("_", " ")
-        g1, g2, g3 = st.columns(3)
-        g1.altair_chart(charts.length_histogram(x, w, fit, f"{label}: histogram and fits"), key="hist")
-        g2.altair_chart(charts.cdf_chart(x, w, fit, f"{label}: CDF"), key="cdf")
-        g3.altair_chart(charts.qq_chart(x, w, fit, f"{label}: QQ"), key="qq")
+        try:
+            x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
+        except PlannerError as exc:      # one request, or every length alike: no family to fit
+            st.info(str(exc))
+            fit = None
+        if fit is not None:
+            m = st.columns([1, 2, 1, 1])     # family names such as lognormal_pareto need the room
+            m[0].metric("Requests fitted", f"{fit.n - fit.dropped_nonpositive:,}",
+                        help="Non-failed requests with a positive value")
+            m[1].metric("Best fit (AIC)", fit.best)
+            m[2].metric("Cap", f"{fit.censored_at:g}" if fit.censored_at is not None else "none",
+                        help="Values at or above it enter the likelihood through the survival function")
+            m[3].metric("Censored", f"{fit.censored_fraction:.2%}")
+            if fit.dropped_nonpositive:
+                st.caption(f"{fit.dropped_nonpositive:,} zero-length requests are outside every family and not fitted.")
+            show_table(fit.ranking_rows(), "fit_ranking",
+                       column_config=NUMBER | {"p50": st.column_config.NumberColumn("p50 fitted", format="%.4g")})
+            st.caption("Empirical quantiles: " + ", ".join(f"{k} {v:,.4g}" for k, v in fit.empirical_quantiles.items())
+                       + ". Ranked by AIC; KS is a sanity check (ties and caps inflate it), not the ranking.")
+            label = field.replace("_", " ")
+            g1, g2, g3 = st.columns(3)
+            g1.altair_chart(charts.length_histogram(x, w, fit, f"{label}: histogram and fits"), key="hist")
+            g2.altair_chart(charts.cdf_chart(x, w, fit, f"{label}: CDF"), key="cdf")
+            g3.altair_chart(charts.qq_chart(x, w, fit, f"{label}: QQ"), key="qq")
 
         st.subheader("Percentiles", help="Exact, over non-failed requests")
         stats = trace_stats(info.trace_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 EMPTY = "—"
 
 
@@ -43,8 +45,11 @@ class Table:
 
 
 def fmt(value) -> str:
-    """A value as the tables write it: thousands separators, three significant digits below 100, one decimal
-    above, yes/no for booleans and :data:`EMPTY` for a missing or infinite value."""
+    """A value as the tables write it: thousands separators, four significant digits below 100 (a TPOT p99 of
+    49.96 ms beside a 50 ms SLO reads 49.96, not 50), one decimal above, yes/no for booleans and :data:`EMPTY` for
+    a missing or infinite value; numpy scalars as the Python values they hold."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return EMPTY
     if isinstance(value, bool):
@@ -54,5 +59,5 @@ def fmt(value) -> str:
     if isinstance(value, float):
         if value == int(value) and abs(value) < 1e15:
             return f"{int(value):,}"
-        return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.1f}"
+        return f"{value:,.4g}" if abs(value) < 100 else f"{value:,.1f}"
     return str(value)

@@ -624,3 +624,19 @@ def test_simulate_page_calibrates_to_the_traces_latencies_and_applies_the_fit(tm
     assert not any("The calibration was fitted" in w.value for w in at.warning)
     at.button(key="cost_defaults").click().run()
     assert any(c.value == "Cost model: defaults (reference/performance-models.md)" for c in at.caption)
+
+
+@pytest.mark.parametrize("rows", ["100,20\n", "100,20\n" * 30])
+def test_workload_lengths_of_one_request_or_one_value_say_why_nothing_is_fitted(tmp_path, monkeypatch, rows):
+    # the Lengths tab raised the fit's PlannerError for one request, or for lengths all alike
+    from planner.traces.ingest import ingest_file
+
+    db = tmp_path / "few.duckdb"
+    con = store.open_store(db)
+    (tmp_path / "few.csv").write_text("input_tokens,output_tokens\n" + rows)
+    ingest_file(con, tmp_path / "few.csv")
+    con.close()
+    at = app_page("pages/workload.py", db, monkeypatch, trace="few", view="Lengths")
+    assert not at.exception
+    assert "nothing to fit" in at.info[0].value or "distinct" in at.info[0].value
+    assert at.dataframe        # the exact percentiles are still shown

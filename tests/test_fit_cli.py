@@ -112,3 +112,16 @@ def test_real_traces_interarrival(real_db, name, cv, poisson):
     check_contract(obj, "interarrival")
     assert obj["cv"] == pytest.approx(cv, rel=0.005) and obj["poisson_consistent"] is poisson
     assert obj["quantized"] is False
+
+
+def test_the_fit_object_counts_the_zero_length_requests_no_family_fits(tmp_path):
+    # 12 of 60 prompts are 0 tokens (a zero output is a failed request, counted apart at ingest): n counts all 60,
+    # and the JSON says 12 of them were left out of the fit
+    db = tmp_path / "zeros.duckdb"
+    path = tmp_path / "zeros.csv"
+    path.write_text("input_tokens,output_tokens\n" + "".join(f"{0 if i % 5 == 0 else 100 + 13 * i},{20 + 7 * i}\n"
+                                                               for i in range(60)))
+    cli_json("ingest", str(path), "--quiet", db=db)
+    fitted = cli_json("fit", "zeros", "--field", "input_tokens", db=db)
+    assert fitted["n"] == 60 and fitted["dropped_nonpositive"] == 12
+    assert cli_json("fit", "zeros", "--field", "output_tokens", db=db)["dropped_nonpositive"] == 0

@@ -89,6 +89,10 @@ def test_growth_needs_at_least_as_many_and_the_schedule_covers_the_trace(busy, s
     assert sized.gpu_hours_peak == pytest.approx(sized.replicas * hours)
     assert sized.gpu_hours_saved == pytest.approx(sized.gpu_hours_peak - sum(
         w["replicas"] * (w["end_s"] - w["start_s"]) / 3600 for w in windows))
+    # a schedule that never scales down saves nothing, exactly: the windows' widths sum to the span only up to
+    # rounding (it read -1.4e-17, "saves -0.0 GPU-hours" on the page)
+    flat = replace(sized, gpu_hours_scheduled=0.1 + 0.2, gpu_hours_peak=0.3)
+    assert 0.3 - (0.1 + 0.2) != 0 and flat.gpu_hours_saved == 0 and str(flat.gpu_hours_saved) == "0.0"
 
 
 def test_block_bootstrap_keeps_whole_minutes():

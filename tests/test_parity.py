@@ -121,3 +121,10 @@ def test_every_page_agrees_with_the_cli(cli, monkeypatch):
     assert body["simulation"]["ttft_ms"] == replay["ttft_ms"] and body["simulation"]["tpot_ms"] == replay["tpot_ms"]
     (reported,) = [c for c in body["recommendations"]["classes"] if c["name"] == "chat"]
     assert reported["predicted"] == row["predicted"]
+
+
+def test_a_table_writes_numpy_values_as_python_ones_and_a_value_near_a_limit_as_itself():
+    assert [fmt(v) for v in (np.bool_(True), np.bool_(False), True)] == ["yes", "no", "yes"]
+    assert fmt(np.int64(12345)) == fmt(12345) == "12,345" and fmt(np.float32(2.5)) == "2.5"
+    # a TPOT p99 of 49.96 ms beside a 50 ms SLO it meets: three significant digits wrote "50"
+    assert fmt(49.96) == "49.96" and fmt(0.12345) == "0.1235" and fmt(1234.56) == "1,234.6"

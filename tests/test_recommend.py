@@ -97,6 +97,16 @@ def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
 
     (note,) = class_details(seed_search, row, SLOClass("impossible", "ttft", 99, 1.0), [])["diagnosis"]
     assert f"at {row.scale * seed_search.base_rate:.3g} req/s" in note
+    # the report's and the page's row leaves the rate blank beside latencies measured at a light load, as it does
+    # the queue (it read 0 req/s per replica); the feasible column reads "no" as every other class's does
+    from planner.recommend.plan import Recommendation
+    from planner.recommend.table import COLUMNS, class_table
+    from planner.tables import fmt
+
+    (cells,) = class_table(Recommendation("m", "g", 1, "vllm-v1", None, 1.0, 1, [], [row])).rows
+    shown = dict(zip(COLUMNS, map(fmt, cells), strict=True))
+    assert shown["req/s per replica"] == shown["queue"] == "—" and shown["feasible"] == "no"
+    assert type(row.feasible) is bool
 
 
 def test_parse_slo():

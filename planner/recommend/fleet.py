@@ -79,7 +79,8 @@ class FleetSizing:
     def gpu_hours_saved(self) -> float | None:
         if self.gpu_hours_scheduled is None or self.gpu_hours_peak is None:
             return None
-        return self.gpu_hours_peak - self.gpu_hours_scheduled
+        # the windows' widths sum to the span up to rounding: an unchanged fleet saves 0, not -1.4e-17 (+ 0.0: not -0)
+        return round(self.gpu_hours_peak - self.gpu_hours_scheduled, 9) + 0.0
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -305,7 +305,7 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict]) -> ClassRecom
         # latency classes take the smallest: fewer sequences and a smaller budget keep the tail steadier and
         # leave KV headroom
         best = min(near, key=lambda g: (g["max_num_seqs"], g["max_num_batched_tokens"]))
-    feasible = best["max_qps"] > 0
+    feasible = bool(best["max_qps"] > 0)
     if not feasible:      # the closest achievable: the configuration with the lowest metric at the lightest load
         def at_light(g):
             light = search.run(g["max_num_seqs"], g["max_num_batched_tokens"], _capacity_floor(search, g),

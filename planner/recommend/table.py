@@ -31,7 +31,7 @@ def class_table(recommendation: Recommendation) -> Table:
                      r.config["preemption_mode"], r.tp, r.max_new_tokens,
                      (predicted.get("ttft_ms") or {}).get("p99"), (predicted.get("tpot_ms") or {}).get("p99"),
                      r.queue_ms["p99"] if r.feasible else None, r.verdict if r.feasible else None,
-                     r.throughput_tok_s, r.max_qps_per_replica, r.router, r.replicas_for_peak,
+                     r.throughput_tok_s, r.max_qps_per_replica if r.feasible else None, r.router, r.replicas_for_peak,
                      r.fleet.confident_replicas if r.fleet else None, r.gpus, r.cost_per_hour,
                      r.cost_per_million_output_tokens])
     return Table("Per SLO class", COLUMNS, rows)

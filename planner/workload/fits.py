@@ -67,10 +67,11 @@ def fit_report(con: duckdb.DuckDBPyConnection, trace_ref: str, fld: str, *, cap:
 
 
 def length_fit_dict(fld: str, fit: LengthFit) -> dict:
-    """JSON-ready summary of a :class:`LengthFit` (the ``fit`` CLI object for a length field)."""
+    """JSON-ready summary of a :class:`LengthFit` (the ``fit`` CLI object for a length field): ``n`` counts the
+    non-failed requests with a value, ``dropped_nonpositive`` those of them of zero length, which no family fits."""
     return {"field": fld, "n": fit.n, "best": fit.best, "censored_at": fit.censored_at,
             "censored_fraction": fit.censored_fraction, "empirical_quantiles": fit.empirical_quantiles,
-            "candidates": [c.as_dict() for c in fit.candidates]}
+            "candidates": [c.as_dict() for c in fit.candidates], "dropped_nonpositive": fit.dropped_nonpositive}
 
 
 def arrival_overview(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> dict | None:
