@@ -160,6 +160,24 @@ def test_a_sweeps_overloaded_points_are_crossed_and_an_aborted_throughput_left_o
     assert "Infinity" not in json.dumps(spec(tornado))
 
 
+def test_a_sweep_draws_the_classs_own_metric_and_its_limit_where_the_p99_panels_lack_it():
+    # a TTFT p95 class's limit had no panel to be drawn on: the chart showed p99s and no SLO line
+    from planner.charts import recommend as recommend_charts
+
+    points = [{"max_num_seqs": s, "ttft_p99_ms": 100.0 + s, "tpot_p99_ms": 10.0, "throughput_tok_s": 50.0 * s,
+               "ttft_p95_ms": 80.0 + s} for s in (8, 16, 32)]
+    panels = spec(recommend_charts.sweep_chart(points, "max_num_seqs", 16, {"ttft_p95_ms": 150.0}, None,
+                                               ("ttft_p95_ms", "TTFT p95")))["hconcat"]
+    assert [p["layer"][0]["encoding"]["y"]["title"] for p in panels] == ["TTFT p99 (ms)", "TPOT p99 (ms)",
+                                                                         "output tok/s", "TTFT p95"]
+    rules = [layer for layer in panels[3]["layer"] if isinstance(layer["mark"], dict)
+             and layer["mark"].get("strokeDash")]
+    assert len(rules) == 1 and [len(p["layer"]) for p in panels] == [2, 2, 2, 3]      # the chosen value's rule too
+    # a p99 class's focus is a panel already: no fifth
+    assert len(spec(recommend_charts.sweep_chart(points, "max_num_seqs", 16, {"ttft_p99_ms": 200.0}, None,
+                                                 ("ttft_p99_ms", "TTFT p99")))["hconcat"]) == 3
+
+
 def test_the_memory_breakdown_is_a_banded_bar_of_the_whole_gpu():
     from planner.charts import capacity as capacity_charts
 

@@ -107,6 +107,10 @@ def test_an_infeasible_slo_reports_the_closest_achievable(seed_search):
     shown = dict(zip(COLUMNS, map(fmt, cells), strict=True))
     assert shown["req/s per replica"] == shown["queue"] == "—" and shown["feasible"] == "no"
     assert type(row.feasible) is bool
+    # the sweeps' column of a class's focus metric, as SLOClass.focus names it
+    assert row.slo_focus_key == "ttft_p99_ms" and replace(row, slo={}).slo_focus_key == "e2e_p99_ms"
+    assert replace(row, slo={"ttft_ms": 200.0, "tpot_ms": 50.0, "attainment": 0.9}).slo_focus_key == "ttft_p90_ms"
+    assert replace(row, slo={"e2e_p99.9_ms": 9000.0}).slo_focus_key == "e2e_p99.9_ms"
 
 
 def test_parse_slo():

@@ -23,13 +23,16 @@ def _finite(rows: list[dict]) -> list[dict]:
 
 
 def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
-                slo_lines: dict[str, float] | None = None, bands: list[dict] | None = None) -> alt.HConcatChart:
-    """One panel per metric against a knob; dashed lines at the SLO limits, a rule at the chosen value, the
-    spread across resampled traces where ``bands`` gives it, and a red cross on each overloaded point (its latency
-    a floor; its throughput, where the search stopped it early, left out)."""
+                slo_lines: dict[str, float] | None = None, bands: list[dict] | None = None,
+                focus: tuple[str, str] | None = None) -> alt.HConcatChart:
+    """One panel per metric against a knob, and one for the class's ``focus`` (its column and title) where
+    :data:`METRICS` lacks it (TTFT p95, E2E p99); dashed lines at the SLO limits (``slo_lines`` by column), a rule
+    at the chosen value, the spread across resampled traces where ``bands`` gives it, and a red cross on each
+    overloaded point (its latency a floor; its throughput, where the search stopped it early, left out)."""
     frame = pl.DataFrame(_finite(points))
     panels = []
-    for column, title in METRICS.items():
+    metrics = {**METRICS, **({focus[0]: focus[1]} if focus and focus[0] in frame.columns else {})}
+    for column, title in metrics.items():
         base = alt.Chart(frame).mark_line(point=True).encode(
             x=alt.X(f"{knob}:Q", scale=alt.Scale(type="log"), title=knob),
             y=alt.Y(f"{column}:Q", title=title),
@@ -126,12 +129,13 @@ def class_charts(row: ClassRecommendation, max_queue_s: float | None = None) -> 
     details = row.details or {}
     if "sweeps" not in details:
         return out
+    slo_line = {row.slo_focus_key: row.slo_limit_ms} if row.slo_limit_ms is not None else {}
     for knob, chosen in (("max_num_seqs", row.config["max_num_seqs"]),
                          ("max_num_batched_tokens", row.config["max_num_batched_tokens"]),
                          ("rate_rps", row.max_qps_per_replica)):
         points = details["sweeps"]["rate" if knob == "rate_rps" else knob]
         bands = details["bands"] if knob == "rate_rps" else None
-        out[knob] = sweep_chart(points, knob, chosen, dict(row.slo), bands)
+        out[knob] = sweep_chart(points, knob, chosen, slo_line, bands, (row.slo_focus_key, row.slo_focus_label))
     out["pareto"] = pareto_chart(details["points"], details["pareto"])
     out["tornado"] = tornado_chart(details["tornado"], row.slo_focus_label)
     return out

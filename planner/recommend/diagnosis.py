@@ -18,25 +18,28 @@ from planner.sim.workload import poisson_or_gamma
 LOAD_STEPS = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5)
 
 
-def _point(result: SimResult, **extra) -> dict:
-    """A sweep's point. A replay the search stopped early is overloaded; its throughput is left out (it covers
-    only the window before the stop, and can read above the offered load) and its p99s are of the requests it
-    served, a floor."""
+def _point(result: SimResult, focus: tuple[str, float], **extra) -> dict:
+    """A sweep's point: the p99s and the class's own ``focus`` metric (:attr:`SLOClass.focus`, e.g. TTFT p95). A
+    replay the search stopped early is overloaded; its throughput is left out (it covers only the window before
+    the stop, and can read above the offered load) and its percentiles are of the requests it served, a floor."""
+    metric, percentile = focus
     return {**extra, "ttft_p99_ms": result.metric_ms("ttft", 99), "tpot_p99_ms": result.metric_ms("tpot", 99),
             "e2e_p99_ms": result.metric_ms("e2e", 99),
+            f"{metric}_p{percentile:g}_ms": result.metric_ms(metric, percentile),
             "throughput_tok_s": None if result.aborted else result.output_rate_tok_s(),
             "preemptions": int(result.preemptions.sum()), "overloaded": result.verdict == "overloaded"}
 
 
-def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True) -> dict:
-    """Metric against ``max_num_seqs``, ``max_num_batched_tokens`` (chunked prefill on) and request rate around a
-    configuration."""
+def knob_sweeps(search: Search, seqs: int, budget: int, scale: float, chunked: bool = True,
+                focus: tuple[str, float] = ("e2e", 99.0)) -> dict:
+    """Metrics (the class's ``focus`` among them) against ``max_num_seqs``, ``max_num_batched_tokens`` (chunked
+    prefill on) and request rate around a configuration."""
     rate = search.base_rate
     return {
-        "max_num_seqs": [_point(search.run(s, budget, scale, chunked), max_num_seqs=s) for s in SEQS_GRID],
-        "max_num_batched_tokens": [_point(search.run(seqs, b, scale), max_num_batched_tokens=b)
+        "max_num_seqs": [_point(search.run(s, budget, scale, chunked), focus, max_num_seqs=s) for s in SEQS_GRID],
+        "max_num_batched_tokens": [_point(search.run(seqs, b, scale), focus, max_num_batched_tokens=b)
                                    for b in BUDGET_GRID if b >= seqs],
-        "rate": [_point(search.run(seqs, budget, scale * f, chunked), rate_rps=rate * scale * f)
+        "rate": [_point(search.run(seqs, budget, scale * f, chunked), focus, rate_rps=rate * scale * f)
                  for f in LOAD_STEPS],
     }
 
@@ -224,7 +227,7 @@ def class_details(search: Search, row: ClassRecommendation, slo: SLOClass, slos:
     gain = cache_gain(search, row, slo)
     diagnosis = diagnose(search, seqs, budget, row.scale, slos, chunked)
     margin = rate_margin(search, seqs, budget, row.scale, chunked)
-    return {"sweeps": knob_sweeps(search, seqs, budget, row.scale, chunked),
+    return {"sweeps": knob_sweeps(search, seqs, budget, row.scale, chunked, slo.focus),
             "pareto": pareto(points), "points": points,
             "tornado": tornado(search, seqs, budget, row.scale, slo, chunked),
             "bands": rate_bands(search, seqs, budget, row.scale, chunked),

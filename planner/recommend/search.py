@@ -182,6 +182,12 @@ class ClassRecommendation:
         return f"{metric.upper()} {percentile}"
 
     @property
+    def slo_focus_key(self) -> str:
+        """The sweeps' column of the focus metric (:attr:`SLOClass.focus`), e.g. ``ttft_p99_ms``."""
+        metric, _, percentile = self.slo_focus_label.lower().partition(" ")
+        return f"{metric}_{percentile}_ms"
+
+    @property
     def slo_limit_ms(self) -> float | None:
         """The focus metric's limit (None for a throughput class)."""
         return next((v for k, v in self.slo.items() if k != "attainment"), None)
