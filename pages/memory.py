@@ -104,14 +104,16 @@ if cache_tab.open:
                         help=f"{cache['pool_tokens']:,} tokens: the whole pool as a cache, an upper bound (running "
                              "requests' blocks take part of it under load)")
             m[1].metric("Ideal hit rate", f"{cache['ideal_hit_rate']:.1%}")
-            m[2].metric(f"KV for {cache['holding_share']:.0%} of ideal", f"{cache['holding_gib'] or 0:,.1f} GiB",
-                        help=f"{cache['holding_tokens'] or 0:,} tokens of this model's KV")
+            holding = cache["holding_gib"]          # None: no pool size reaches that share of the ideal
+            m[2].metric(f"KV for {cache['holding_share']:.0%} of ideal",
+                        f"{holding:,.1f} GiB" if holding is not None else "—",
+                        help=f"{cache['holding_tokens']:,} tokens of this model's KV" if holding is not None else
+                        "No KV size reaches that share of the ideal hit rate: the trace reuses (almost) nothing")
             util = cache["gpu_memory_utilization_to_hold"]
             m[3].metric("gpu_memory_utilization to hold it", f"{util:.2f}" if util is not None else "—",
                         delta="beyond these GPUs" if util is not None and util > 1 else None, delta_color="off",
                         help="Above 1: beyond these GPUs; offload "
                              f"{cache['offload_gib'] or 0:,.1f} GiB of KV to the host (e.g. LMCache) or add replicas")
-            pool_gib = cache["pool_tokens"] * plan.kv_bytes_per_token / GiB
-            st.altair_chart(charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"], pool_gib, x="cache_gib"),
-                            key="prefix_curve")
+            st.altair_chart(charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"], cache["pool_gib"],
+                                               x="cache_gib"), key="prefix_curve")
             show_table(prefix_capacity_table(cache), "prefix_capacity")

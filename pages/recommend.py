@@ -34,7 +34,8 @@ show_notes(out.rejection_note)
 
 show_table(class_table(out), "recommend_table", transpose=True)
 show_table(fleet_table(out), "fleet_table", transpose=True)
-st.caption(f"Trace rate {out.trace_rate_rps:.2f} req/s (peak minute, p99: {out.peak_rate_rps or 0:.2f} req/s). "
+peak = f"{out.peak_rate_rps:.2f} req/s" if out.peak_rate_rps is not None else "— (the trace is under a minute)"
+st.caption(f"Trace rate {out.trace_rate_rps:.2f} req/s (peak minute, p99: {peak}). "
            f"Each rate per replica holds its class with a stable queue and p99 queueing ≤ {out.max_queue_s:g} s; "
            f"replicas: the smallest fleet behind {out.router} that holds the class on the trace at its own rate × "
            f"{out.headroom:g}, simulated on one clock; the 90% figure holds in 90% of whole-minute block-bootstrap "

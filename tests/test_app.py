@@ -400,6 +400,24 @@ def test_prefix_reuse_and_cache_on_the_pages(tmp_path, monkeypatch):
     assert memory_metrics["gpu_memory_utilization to hold it"] == f"{util:.2f}"
     # a fraction above 1 is no setting: the metric says these GPUs cannot hold it
     assert (hold_delta == "beyond these GPUs") == (util > 1), (util, hold_delta)
+    assert memory_metrics[f"KV for {expected['holding_share']:.0%} of ideal"] == f"{expected['holding_gib']:,.1f} GiB"
+    plan = Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")).memory
+    assert expected["pool_gib"] == expected["pool_tokens"] * plan.kv_bytes_per_token / 2**30
+
+
+def test_the_memory_page_shows_a_dash_where_no_kv_size_holds_the_reuse(tmp_path, monkeypatch):
+    # one request: no reuse to hold, so no size and no utilization (the tile read "0.0 GiB")
+    from planner.traces.ingest import ingest_file
+
+    db = tmp_path / "one.duckdb"
+    con = store.open_store(db)
+    (tmp_path / "one.csv").write_text("arrival,input_tokens,output_tokens\n0,300,20\n")
+    ingest_file(con, tmp_path / "one.csv")
+    con.close()
+    at = app_page("pages/memory.py", db, monkeypatch, trace="one", shared_prefix="64:1", memory_view="Prefix cache")
+    assert not at.exception
+    got = metrics(at)
+    assert got["KV for 95% of ideal"] == got["gpu_memory_utilization to hold it"] == "—"
 
 
 def test_simulate_page_replays_the_traces_fitted_lengths(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
 from planner.recommend.plan import RecommendOptions
 from planner.report.build import build_report
-from planner.report.render import SECTIONS, chart_svgs, to_html, to_markdown
+from planner.report.render import SECTIONS, chart_svgs, markdown_text, to_html, to_markdown
 from planner.report.store import list_reports, load_report, publish_report
 from planner.scenario import Scenario
 from planner.traces import store
@@ -65,6 +65,8 @@ def test_report_has_every_section_in_all_three_twins(payload_report):
     page, md = to_html(report, svgs), to_markdown(report)
     for key, title in SECTIONS:
         assert f'<section id="{key}">' in page and f"## {title}" in md
+    # both twins name the file the trace came from, each escaped its own way
+    assert f"file {html.escape(PAYLOAD)}.csv)" in page and f"file {markdown_text(PAYLOAD + '.csv')})" in md
     images = re.findall(r"<img [^>]*>", page)
     assert len(images) == len(body["charts"]) >= 8              # lengths, arrivals, memory, replay, sensitivity
     assert all(re.fullmatch(r'<img alt="[^"<>]*" src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]+">', i)
@@ -204,7 +206,6 @@ def test_a_report_on_a_calibration_from_another_server_says_so_in_every_twin(con
     path = tmp_path / "lengths.csv"
     path.write_text("input_tokens,output_tokens\n100,20\n200,30\n300,40\n150,25\n")
     info = ingest_file(con, path)
-    from planner.report.render import markdown_text
     from planner.sim.calibration_file import params_from_json
 
     # what `calibrate -o` writes: the fit's errors in sample and held out, and its warnings, travel with the file

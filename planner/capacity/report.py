@@ -87,7 +87,8 @@ def prefix_cache_capacity(scenario: Scenario, reuse: ReuseAnalysis) -> dict:
     plan = scenario.memory
     pool_tokens = plan.num_blocks * plan.block_size
     out = {"source": reuse.source, "describe": reuse.describe, "ideal_hit_rate": reuse.ideal_hit_rate,
-           "pool_tokens": pool_tokens, "lru_hit_rate_at_pool": reuse.hit_rate_at(pool_tokens),
+           "pool_tokens": pool_tokens, "pool_gib": pool_tokens * plan.kv_bytes_per_token / 2**30,
+           "lru_hit_rate_at_pool": reuse.hit_rate_at(pool_tokens),
            "working_set_tokens": reuse.working_set_tokens,
            "working_set_gib": reuse.working_set_tokens * plan.kv_bytes_per_token / 2**30,
            "holding_share": WORKING_SET_SHARE, "holding_tokens": None, "holding_gib": None,

@@ -139,8 +139,7 @@ def build_report(con, trace_ref: str, scenario: Scenario, options: RecommendOpti
     specs["concurrency"] = capacity_charts.concurrency_chart(memory.concurrency_curve, memory.trace).to_dict()
     if memory.prefix_cache:
         cache = memory.prefix_cache
-        specs["prefix_reuse"] = charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"],
-                                                   cache["pool_tokens"] * memory.plan.kv_bytes_per_token / 2**30,
+        specs["prefix_reuse"] = charts.reuse_curve(cache["curve"], cache["ideal_hit_rate"], cache["pool_gib"],
                                                    x="cache_gib").to_dict()
 
     simulation, kv_margin, error = None, None, None

@@ -190,7 +190,8 @@ def to_markdown(report: Report) -> str:
     t, md = report.trace, markdown_text
     lines = [f"# {md(report.title)}", "",
              f"Trace **{md(t['name'])}** (id `{t['trace_id']}`, content SHA-256 `{t['content_sha256']}`, "
-             f"{fmt(t['rows'])} requests) · planner {md(report.app_version)} · {md(report.created_utc)}", ""]
+             f"{fmt(t['rows'])} requests, file {md(t['source_file'])}) · planner {md(report.app_version)} · "
+             f"{md(report.created_utc)}", ""]
     tables = _rows(report)
     for key, title in SECTIONS:
         lines += [f"## {title}", ""] + ([md(_missing(key, report)), ""] if _missing(key, report) else [])
