@@ -235,3 +235,21 @@ def test_every_jitted_module_keys_the_numba_cache():
     assert read == set(planner.JIT_SOURCES)            # an edit to any of them selects a fresh compiled cache
     digest = hashlib.sha256(b"".join((root / s).read_bytes() for s in planner.JIT_SOURCES)).hexdigest()[:16]
     assert Path(os.environ["NUMBA_CACHE_DIR"]).name == digest
+
+
+def test_shortest_predicted_admits_equal_keys_in_arrival_order():
+    # one seat, r0 in it; r1 and r2 (predicted 5) and r3 (predicted 3) queue in that order: r3 first, then r1, r2
+    # as vLLM's priority queue orders (priority, arrival). Swapping r3 with the head put r1 behind r2
+    from planner.sim.engines.base import ONE_REPLICA
+    from planner.sim.engines.vllm_v1 import usable_blocks
+    from planner.sim.kernel import LAZY, simulate_kernel
+
+    scenario = Scenario(MODEL, GPU, max_num_seqs=1, priority="shortest-predicted", max_model_len=2048)
+    cfg = scenario.settings
+    arrival, prompt = np.array([0.0, 0.001, 0.002, 0.003]), np.full(4, 32, np.int64)
+    output, key = np.array([20, 5, 5, 5], np.int64), np.array([1.0, 5.0, 5.0, 3.0])
+    out = simulate_kernel(arrival, prompt, output, np.full(4, 100, np.int64), scenario.coefficients.as_tuple(), 1,
+                          cfg.max_num_batched_tokens, cfg.block_size, usable_blocks(cfg), True, 0, LAZY, 1, key, True,
+                          np.inf, False, *ONE_REPLICA.kernel_args(cfg, prompt, output, False))
+    first_scheduled = out[2]
+    assert np.argsort(first_scheduled).tolist() == [0, 3, 1, 2]

@@ -291,7 +291,10 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                             best = q
                     if best < 0:
                         break
-                    queue[head], queue[best] = queue[best], queue[head]
+                    chosen = queue[best]    # to the head, the ones before it one place back: ties keep arrival order
+                    for j in range((best - head + ring) % ring, 0, -1):
+                        queue[(head + j) % ring] = queue[(head + j - 1) % ring]
+                    queue[head] = chosen
                 r = queue[head]
                 if arrival[r] > seen:
                     break
