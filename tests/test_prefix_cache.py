@@ -281,6 +281,44 @@ def test_identity_follows_requests_through_resampling_and_truncation():
     assert twice.parent.tolist() == [-1, 0, -1, 2]     # copies share within their own copy only
 
 
+def test_a_refused_prompt_leaves_the_prefix_it_shared_to_the_requests_after_it():
+    # prompts of 10,240 tokens (past max_model_len 8,192: refused) and 2,560 alternate, all opening with the same
+    # four ids: each short one's parent is the long one before it, whose own parent is the short one before that.
+    # Cutting the refused ones out cut every short one off the 2,048 tokens they all share (hit rate 0)
+    from dataclasses import replace
+
+    prompt = np.where(np.arange(60) % 2 == 0, 10240, 2560)
+    ids = [[1, 2, 3, 4] + [1000 * r + j for j in range(p // 512 - 4)] for r, p in enumerate(prompt.tolist())]
+    identity = from_hash_ids(ids, prompt)
+    assert identity.subset(prompt < 8192).parent.tolist() == [-1, *range(29)]
+    assert identity.subset(prompt < 8192).shared_tokens.tolist() == [0] + [2048] * 29
+    work = replace(synthetic("requests=60,input=2560,output=20,qps=1,seed=1"), input_tokens=prompt, prefix=identity)
+    cache = summarize(simulate(work, scenario())).prefix_cache
+    assert cache["hit_tokens"] == 29 * 2048 and cache["prompt_tokens"] == 30 * 2560      # hit rate 0.773
+
+
+def test_a_subset_shares_with_the_nearest_kept_ancestor_as_a_walk_up_the_tree_finds():
+    def walk(identity, keep):       # obviously right: climb one parent at a time, keeping the least shared
+        position = {old: new for new, old in enumerate(np.flatnonzero(keep))}
+        out = []
+        for r in np.flatnonzero(keep):
+            up, tokens = identity.parent[r], identity.shared_tokens[r]
+            while up >= 0 and up not in position and tokens > 0:
+                up, tokens = identity.parent[up], min(tokens, identity.shared_tokens[up])
+            out.append((position[up], int(tokens)) if up >= 0 and tokens > 0 else (-1, 0))
+        return out
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        parent = np.array([int(rng.integers(-1, r)) if r else -1 for r in range(n)])
+        identity = PrefixIdentity("hash_ids", parent, np.where(parent >= 0, rng.integers(1, 5000, n), 0),
+                                  np.empty(0, np.int64))
+        keep = rng.random(n) < 0.6
+        cut = identity.subset(keep)
+        assert list(zip(cut.parent.tolist(), cut.shared_tokens.tolist(), strict=True)) == walk(identity, keep)
+
+
 def test_a_declared_prefix_is_refused_where_the_trace_has_one():
     work = synthetic("requests=10,input=100,output=5,qps=1,prefix=50")
     with pytest.raises(PlannerError, match="already carries a prefix identity"):

@@ -70,8 +70,31 @@ class PrefixIdentity:
         return SOURCES[self.source] + (f" ({self.detail})" if self.detail else "")
 
     def subset(self, keep: np.ndarray) -> PrefixIdentity:
-        """The identity of the requests ``keep`` selects (a boolean mask), parents outside it cut off."""
-        return self.take(np.flatnonzero(keep))
+        """The identity of the requests ``keep`` selects (a boolean mask). A request whose parent is left out
+        shares with the nearest kept ancestor instead, as many tokens as every link up to it shares (a tree's
+        prefixes nest): a prompt past max_model_len, refused, had cut every later request that extended it off
+        the prefix they all began with."""
+        indices = np.flatnonzero(keep)
+        out = self.take(indices)
+        position = np.full(self.n, -1, np.int64)
+        position[indices] = np.arange(indices.size)
+        old_parent = self.parent[indices]
+        rows = np.flatnonzero((old_parent >= 0) & (old_parent < self.n) & (out.parent < 0))
+        up, tokens = old_parent[rows], self.shared_tokens[indices[rows]]
+        first = indices[0] if indices.size else 0
+        # an ancestor before the first kept request cannot be kept: a tree's parents are earlier requests
+        while rows.size:
+            tokens = np.minimum(tokens, self.shared_tokens[up])
+            up = self.parent[up]
+            virtual, kept = up >= self.n, (up >= 0) & (up < self.n)
+            kept &= position[np.where(kept, up, 0)] >= 0
+            found = (virtual | kept) & (tokens > 0)
+            out.parent[rows[found]] = np.where(virtual[found], indices.size + up[found] - self.n,
+                                               position[np.where(kept[found], up[found], 0)])
+            out.shared_tokens[rows[found]] = tokens[found]
+            going = ~found & ~virtual & (up >= first) & (tokens > 0)
+            rows, up, tokens = rows[going], up[going], tokens[going]
+        return out
 
     def take(self, indices: np.ndarray, copy: np.ndarray | None = None) -> PrefixIdentity:
         """The identity of a workload whose request ``q`` is request ``indices[q]`` of this one (in the new
