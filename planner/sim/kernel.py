@@ -80,7 +80,7 @@ def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
 @numba.njit(cache=True, nogil=True)
 def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, token_budget, block_size, num_blocks,
                     chunked, long_prefill, mode, log_every, key, by_key, abort_wait_s, lagged, replicas, router, group,
-                    n_groups, stick_tokens, caching, run_off, run_end, run_base, state, duphead, parent):
+                    n_groups, pool_tokens, caching, run_off, run_end, run_base, state, duphead, lineage):
     """Run the trace on ``replicas`` copies of one engine behind ``router``, on one clock; returns per-request
     times and counters plus a sampled timeline.
 
@@ -166,7 +166,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             if router != ROUND_ROBIN:
                 for j in range(replicas):
                     seen_load[j] = step_load[j] if clocks[j] > arrival[r] else load[j]
-            j = route(router, r, replicas, sizes, seen_load, group, home, stick_tokens, turn, parent, replica)
+            j = route(router, r, replicas, sizes, seen_load, group, home, pool_tokens, turn, lineage, replica)
             turn = j + 1
             replica[r] = j
             if counts[j] == 0 and sizes[j] == 0 and clocks[j] < arrival[r]:

@@ -10,7 +10,6 @@ import numpy as np
 from planner.sim.kernel import LAZY, reserved_tokens
 from planner.sim.kv_pool import pool_keys
 from planner.sim.prefix import PrefixIdentity
-from planner.sim.routers.prefix_aware import STICK_POOL_FRACTION
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -70,20 +69,21 @@ class FleetSpec:
     def kernel_args(self, settings: EngineSettings, prompt: np.ndarray, output: np.ndarray,
                     caching: bool = False) -> tuple:
         """The fleet loop's trailing arguments: the fleet, then the prefix cache (``caching`` and an identity: the
-        block keys at the settings' block size, and the pool's per-key arrays). A prefix-aware router's margin is a
-        quarter of one replica's KV pool (:mod:`planner.sim.routers.prefix_aware`); it follows a request's parent
-        in the identity."""
+        block keys at the settings' block size, and the pool's per-key arrays). A prefix-aware router reads one
+        replica's KV pool in tokens (a replica's KV usage) and scores replicas by the prefixes they hold, up each
+        request's lineage in the identity: its parent, the tokens they share and its prompt
+        (:func:`planner.sim.routers.base.prefix_scored`)."""
         empty = np.empty(0, np.int64)
-        parent = np.full(prompt.shape[0], -1, np.int64)     # the router follows real, earlier parents only
+        lineage = np.zeros((prompt.shape[0], 3), np.int64)
+        lineage[:, 0], lineage[:, 2] = -1, prompt           # the router follows real, earlier parents only
         runs = (empty, empty, empty, *pool_keys(self.replicas, 0))
         if self.identity is not None:
-            parent = self.identity.parent
+            lineage[:, 0], lineage[:, 1] = self.identity.parent, self.identity.shared_tokens
             if caching:
                 keyed = self.identity.runs(prompt + output, settings.block_size)
                 runs = (keyed.run_off, keyed.run_end, keyed.run_base, *pool_keys(self.replicas, keyed.n_keys))
-        return (self.replicas, self.router, self.group, self.n_groups,
-                settings.num_blocks * settings.block_size // STICK_POOL_FRACTION,
-                caching and self.identity is not None, *runs, parent)
+        return (self.replicas, self.router, self.group, self.n_groups, settings.num_blocks * settings.block_size,
+                caching and self.identity is not None, *runs, lineage)
 
 
 ONE_REPLICA = FleetSpec(1, 0, np.empty(0, np.int64), 0)
