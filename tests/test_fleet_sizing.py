@@ -210,6 +210,29 @@ def test_gpu_options_compare_fleets_by_cost():
                         / np.ptp(work.arrival_s) * 3600)
 
 
+def test_gpu_options_are_named_as_the_catalog_names_them():
+    # "H100-SXM=3.2" set no price for the scenario's h100-sxm: it was another option, searched a second time
+    assert parse_gpu_options("H100-SXM=3.2, a100-80gb-sxm ,h100-sxm") == [("h100-sxm", 3.2), ("a100-80gb-sxm", None)]
+    with pytest.raises(PlannerError, match="names a100-80gb-sxm twice, at 1.0 and 5.0"):
+        parse_gpu_options("a100-80gb-sxm=1,A100-80GB-SXM=5")
+
+
+def test_gpu_options_stop_where_the_scenarios_own_gpu_holds_nothing_and_say_what_each_gpu_left_out():
+    work = synthetic("requests=300,input=200,output=50,qps=4,seed=9")
+    options = RecommendOptions(slos=("batch:throughput",), resamples=0, tp_options=(1, 2))
+    seventy = Scenario(get_model("llama-3-70b"), get_gpu("l4"))
+    calls = []
+    with pytest.raises(PlannerError, match="L4"):      # refused before the H100 is searched
+        compare_gpus(work, seventy, options, "h100-sxm", progress=lambda f, m: calls.append(m))
+    assert not any(m.startswith("h100-sxm") for m in calls)
+    # TP 1 holds a 70B model on neither GPU: each one's comparison says so (the L40S's had gone unreported)
+    mixed = compare_gpus(work, Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm"), tp=4),
+                         replace(options, tp_options=(1, 4)), "l40s")
+    left_out = mixed.skipped_options()
+    assert set(left_out) == {"h100-sxm", "l40s"} and all(why[0].startswith("TP 1: ") for why in left_out.values())
+    assert mixed.to_dict()["skipped_options"] == left_out and "l40s: not compared: TP 1: " in "\n".join(mixed.lines())
+
+
 @pytest.mark.parametrize("text, message", [("h100-sxm=cheap", "NAME=PRICE"), ("h100-sxm=-1", "non-negative"),
                                            ("b200", "unknown GPU"), (",", "GPU names")])
 def test_bad_gpu_options_are_refused_by_name(text, message):

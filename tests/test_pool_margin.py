@@ -43,6 +43,9 @@ def test_the_edge_is_where_the_verdict_flips_to_the_resolution(qps, holds):
     # (6 halvings) or the 400-block one above it (7)
     assert margin.simulations == 2 + (6 if holds else 7)
     assert f"{margin.edge_blocks:,}" in margin.sentence() and f"{margin.change:+.0%}" in margin.sentence()
+    # it claims what the bisection checked, the edge and its neighbour, not every pool below ("overloading below")
+    assert f"at {margin.edge_blocks:,} ({margin.change:+.0%}), where a pool at most 1% of it smaller overloads" \
+        in margin.sentence()
 
 
 def test_a_verdict_the_pool_does_not_decide_has_no_edge():

@@ -254,6 +254,12 @@ def test_tp_search_compares_requests_per_gpu():
     # the fleet: whole replicas of the chosen TP, found by simulating it at the trace's rate × the headroom
     assert row.replicas_for_peak == row.fleet.replicas >= 1 and out.headroom == 1.5
     assert row.gpus == row.replicas_for_peak * row.tp
+    # a degree named twice is searched once: the count of simulations is the one the search ran
+    twice = plan_recommendation(work, Scenario(big, GPU, max_model_len=4096),
+                                RecommendOptions(tp_options=(1, 2, 4, 4, 2), slos=("batch:throughput",),
+                                                 headroom=1.5))
+    assert twice.simulations == out.simulations and twice.skipped == out.skipped
+    assert twice.classes[0].compared == row.compared
 
 
 def test_vllm_v0_compares_preemption_modes_and_other_engines_get_their_own_flags():

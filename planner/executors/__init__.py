@@ -22,6 +22,11 @@ class Executor(Protocol):
         ...
 
 
+# a rail against a slip, not a tuning: more worker processes than any node has cores only crowd it (a pool of
+# 2**31 - 1 overflowed the process pool's queue: OverflowError)
+MAX_WORKERS = 1024
+
+
 def local_workers() -> int:
     """The local default: one worker per core this process may use."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -41,10 +46,12 @@ def get_executor(workers: int | None = None, ray: str | None = None) -> Executor
     Raises
     ------
     PlannerError
-        For a worker count below 1, or when Ray is asked for and cannot be reached.
+        For a worker count outside 1 … :data:`MAX_WORKERS`, or when Ray is asked for and cannot be reached.
     """
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise PlannerError(f"--workers {workers!r}: expected a whole number of worker processes, at least 1")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= MAX_WORKERS):
+        raise PlannerError(f"--workers {workers!r}: expected a whole number of worker processes, from 1 to "
+                           f"{MAX_WORKERS:,}")
     if ray:
         from planner.executors.ray_cluster import RayExecutor
 

@@ -96,7 +96,8 @@ class RayExecutor:
         def unpack(done: Future) -> None:
             try:
                 out.set_result(pickle.loads(done.result()))
-            except BaseException as exc:        # the task's own exception, re-raised by the caller's result()
-                out.set_exception(exc)
+            except BaseException as exc:        # the task's own exception, re-raised by the caller's result():
+                # Ray wraps it (RayTaskError, whose text is the worker's traceback); its cause is the error raised
+                out.set_exception(getattr(exc, "cause", None) or exc)
         self._remote.remote(fn, args, kwargs).future().add_done_callback(unpack)
         return out

@@ -18,10 +18,12 @@ from planner.workload.rates import arrival_rate_rps
 
 
 def parse_gpu_options(text: str) -> list[tuple[str, float | None]]:
-    """``a100-80gb-sxm,h100-sxm=3.2``: GPU names, each with an optional USD per GPU-hour."""
-    out = []
+    """``a100-80gb-sxm,h100-sxm=3.2``: GPU names (as the catalog spells them, however typed), each with an
+    optional USD per GPU-hour; a GPU named twice is refused where its prices differ."""
+    out: dict[str, float | None] = {}
     for item in text.split(","):
         name, sep, price = item.strip().partition("=")
+        name = name.strip()
         if not name:
             raise PlannerError(f"--gpu-options {text!r}: expected GPU names separated by commas (NAME or NAME=PRICE)")
         try:
@@ -30,9 +32,12 @@ def parse_gpu_options(text: str) -> list[tuple[str, float | None]]:
             raise PlannerError(f"--gpu-options {item!r}: expected NAME=PRICE with a price in USD per GPU-hour") from exc
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise PlannerError(f"--gpu-options {item!r}: expected a non-negative price per GPU-hour")
-        get_gpu(name)          # an unknown name is refused here, before any work
-        out.append((name, value))
-    return out
+        name = get_gpu(name).name          # an unknown name is refused here, before any work
+        if None not in (value, out.get(name)) and out[name] != value:     # named again without a price: the same
+            raise PlannerError(f"--gpu-options names {name} twice, at {out[name]} and {value} USD per GPU-hour: "
+                               "expected one price per GPU")
+        out[name] = value if value is not None else out.get(name)
+    return list(out.items())
 
 
 @dataclass(frozen=True)
@@ -82,14 +87,19 @@ class GpuComparison:
             best.setdefault(row["class"], None)
         return {name: (b[1] if b else None) for name, b in best.items()}
 
+    def skipped_options(self) -> dict[str, list[str]]:
+        """Per GPU compared, what its recommendation left out (TP degrees with no room for the KV cache, …)."""
+        return {gpu: rec.skipped for gpu, rec in self.by_gpu.items() if rec.skipped}
+
     def lines(self) -> list[str]:
         out = [f"{name}: cheapest on {gpu}" if gpu else f"{name}: no GPU option holds it"
                for name, gpu in self.cheapest().items()]
-        return out + [f"{gpu}: skipped ({why})" for gpu, why in self.skipped.items()]
+        return (out + [f"{gpu}: skipped ({why})" for gpu, why in self.skipped.items()]
+                + [f"{gpu}: not compared: {'; '.join(why)}" for gpu, why in self.skipped_options().items()])
 
     def to_dict(self) -> dict:
         return {"options": self.rows(), "cheapest": self.cheapest(), "cheapest_by": self.basis(),
-                "skipped": self.skipped,
+                "skipped": self.skipped, "skipped_options": self.skipped_options(),
                 "output_tokens_per_hour": self.output_tokens_per_hour}
 
 
@@ -119,9 +129,9 @@ def compare_gpus(workload: SimWorkload, scenario: Scenario, options: RecommendOp
         try:
             by_gpu[name] = plan_recommendation(workload, scenario.replace(gpu=gpu), options, step, executor)
         except PlannerError as exc:      # the model does not fit this GPU at the TP degrees compared
+            if i == 0:                   # the scenario's own GPU: nothing to compare against, so no more work
+                raise
             skipped[name] = str(exc)
-    if scenario.gpu.name not in by_gpu:
-        raise PlannerError(skipped[scenario.gpu.name])
     span = float(np.ptp(workload.arrival_s))
     rate = arrival_rate_rps(workload.arrival_s) or 0.0
     # the tokens the trace asks for: headroom is capacity held spare, and serves no more of them

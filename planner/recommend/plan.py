@@ -200,7 +200,8 @@ def plan_recommendation(workload: SimWorkload, scenario: Scenario, options: Reco
     peak = peak_summary(workload.arrival_s)["peak_rate_rps"] if span > PEAK_MIN_SPAN_S else None
     caps = tuple(dict.fromkeys(max_new_tokens_cap(t, workload.output_tokens)
                                for t in options.max_new_tokens_options)) or (scenario.max_new_tokens,)
-    combos = list(product(options.tp_options or (scenario.tp,), caps, engine.preemption_modes))
+    tps = tuple(dict.fromkeys(options.tp_options)) or (scenario.tp,)      # a degree named twice is searched once
+    combos = list(product(tps, caps, engine.preemption_modes))
     searches, rows_by, skipped = {}, {}, []
     for i, (tp, cap, mode) in enumerate(combos):
         step = _scaled(progress, i, len(combos) + len(classes),

@@ -73,10 +73,13 @@ class PoolMargin:
                    if self.holds else f"is overloaded at {self.blocks:,} KV blocks and still at {hi:,} "
                                       f"({SEARCH_FACTOR}x the pool)")
             return f"{subject} {end}: the verdict does not rest on the pool estimate."
-        edge = (f"stays bounded at {self.blocks:,} KV blocks and down to {self.edge_blocks:,} ({self.change:+.0%}), "
-                "overloading below" if self.holds else
-                f"is overloaded at {self.blocks:,} KV blocks and bounded from {self.edge_blocks:,} "
-                f"({self.change:+.0%})")
+        # what the bisection checked: the edge holds and a pool at most one step (1%) smaller overloads; the
+        # verdict need not be monotone in the pool, so nothing is said of the pools in between
+        below = f"a pool at most {RESOLUTION:.0%} of it smaller overloads"
+        edge = (f"stays bounded at {self.blocks:,} KV blocks and at {self.edge_blocks:,} ({self.change:+.0%}), where "
+                f"{below}" if self.holds else
+                f"is overloaded at {self.blocks:,} KV blocks and bounded at {self.edge_blocks:,} "
+                f"({self.change:+.0%}), where {below}")
         check = (": close enough that the verdict turns on the pool estimate; check the server's startup log"
                  if self.near else "; a server's startup log gives its real pool")
         return f"{subject} {edge}{check} (GPU KV cache size ÷ block size)."
@@ -84,7 +87,7 @@ class PoolMargin:
     def table(self) -> Table:
         """The margin as one row (the report's simulation section)."""
         return Table("KV pool margin (blocks per replica)",
-                     ["pool", "queue at the pool", "bounded from", "change", "searched", "note"],
+                     ["pool", "queue at the pool", "edge (bounded)", "change", "searched", "note"],
                      [[self.blocks, "bounded" if self.holds else "overloaded", self.edge_blocks, self.change,
                        "{:,}–{:,}".format(*self.searched_blocks), self.sentence()]])
 
