@@ -319,6 +319,18 @@ def test_a_subset_shares_with_the_nearest_kept_ancestor_as_a_walk_up_the_tree_fi
         assert list(zip(cut.parent.tolist(), cut.shared_tokens.tolist(), strict=True)) == walk(identity, keep)
 
 
+def test_hash_ids_match_as_sequences_from_the_first():
+    def tree(ids):
+        identity = from_hash_ids(ids, np.full(len(ids), 1024))
+        return identity.parent.tolist(), identity.shared_tokens.tolist()
+
+    # an id seen before at another place shares nothing: B's first block is not A's second
+    assert tree([[1, 2], [2, 5]]) == ([-1, -1], [0, 0])
+    # C shares A's first block, not B's tokens under id 4 (C's 4 follows 1, B's follows 3)
+    assert tree([[1, 2], [3, 4], [1, 4]]) == ([-1, -1, 0], [0, 0, 512])
+    assert tree([[1, 2], [3, 2]]) == ([-1, -1], [0, 0])
+
+
 def test_a_declared_prefix_is_refused_where_the_trace_has_one():
     work = synthetic("requests=10,input=100,output=5,qps=1,prefix=50")
     with pytest.raises(PlannerError, match="already carries a prefix identity"):

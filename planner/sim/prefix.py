@@ -210,22 +210,30 @@ def from_hash_ids(hash_ids: list, input_tokens: np.ndarray, block_tokens: int = 
                   ) -> PrefixIdentity:
     """The tree of chained prefix ids (Mooncake ``hash_ids``, in workload order): each request's parent is the
     latest earlier request holding its longest matching id prefix; they share that many ids' tokens (a matching
-    partial last id: the whole prompt)."""
+    partial last id: the whole prompt). The ids are matched as sequences, from the first: an id seen before at
+    another place, or after other ids, matches nothing (per-block content hashes, unchained, had matched wherever
+    they had been seen)."""
     n = len(hash_ids)
     parent = np.full(n, -1, np.int64)
     shared = np.zeros(n, np.int64)
-    holder: dict[int, int] = {}     # id -> latest request holding it (every holder has the same prefix up to it)
+    trie: dict[tuple[int, int], int] = {}       # (node, next id) -> node: one node per distinct id prefix
+    holder = [-1]                               # node -> latest request holding that prefix (root: none)
     for r, ids in enumerate(hash_ids):
         ids = [] if ids is None else list(ids)
-        matched = 0
-        while matched < len(ids) and ids[matched] in holder:
+        node, matched = 0, 0
+        while matched < len(ids) and (node, ids[matched]) in trie:
+            node = trie[node, ids[matched]]
             matched += 1
         if matched:
-            p = holder[ids[matched - 1]]
+            p = holder[node]
             parent[r] = p
             shared[r] = min(matched * block_tokens, int(input_tokens[r]), int(input_tokens[p]))
+        node = 0
         for h in ids:
-            holder[h] = r
+            node = trie.setdefault((node, h), len(holder))
+            if node == len(holder):
+                holder.append(r)
+            holder[node] = r
     linked = int((parent >= 0).sum())
     return PrefixIdentity("hash_ids", parent, shared, np.empty(0, np.int64),
                           f"{linked:,} of {n:,} requests share a prefix with an earlier one; ids of {block_tokens} "
