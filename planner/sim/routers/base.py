@@ -67,8 +67,8 @@ def prefix_scored(r, replicas, waiting, load, pool_tokens, turn, lineage, replic
     the prefix tree, each link keeping the fewest tokens shared along it), :data:`QUEUE_WEIGHT` × the queue score
     (``(most − waiting) / (most − fewest)``, 1 where all wait alike) and :data:`KV_WEIGHT` × (1 − KV usage, its
     outstanding tokens over ``pool_tokens``); ties go to the next replica in rotation from ``turn``. A system
-    prompt every replica holds scores alike everywhere, so load decides; a conversation's earlier turns outweigh
-    a queue gap of up to 1.5 of its score."""
+    prompt every replica holds scores alike everywhere, so load decides; a replica holding a share ``s`` of the
+    prompt (a conversation's earlier turns) outweighs queue and KV gaps worth up to ``3 · s``."""
     held = np.zeros(replicas)
     ancestor, tokens = lineage[r, 0], lineage[r, 1]
     for _ in range(MATCH_ANCESTORS):
