@@ -404,8 +404,10 @@ def test_a_sweep_point_the_search_stopped_is_overloaded_without_a_throughput():
     stopped, whole = simulate(flood, scenario, abort_wait_s=5.0), simulate(flood, scenario)
     assert stopped.aborted and not whole.aborted
     # the window before the stop can read above the offered load: it is no throughput of the configuration
-    assert _point(stopped)["throughput_tok_s"] is None and _point(stopped)["overloaded"]
-    assert _point(whole)["throughput_tok_s"] == whole.output_rate_tok_s() and _point(whole)["overloaded"]
+    focus = ("ttft", 95.0)          # the class's own metric rides along (a TTFT p95 class)
+    assert _point(stopped, focus)["throughput_tok_s"] is None and _point(stopped, focus)["overloaded"]
+    assert _point(whole, focus)["throughput_tok_s"] == whole.output_rate_tok_s() and _point(whole, focus)["overloaded"]
+    assert _point(whole, focus)["ttft_p95_ms"] == whole.metric_ms("ttft", 95)
 
 
 def test_the_cache_line_names_what_preempted_requests_find_again():
