@@ -42,16 +42,16 @@ def route(router, r, replicas, waiting, load, group, home, pool_tokens, turn, li
     since; ``pool_tokens`` is one replica's KV pool."""
     if router == ROUND_ROBIN or replicas == 1:
         return r % replicas
+    if router == PREFIX_AWARE and 0 <= lineage[r, 0] < r:     # scored on its own: the least-loaded scan is not read
+        chosen = prefix_scored(r, replicas, waiting, load, pool_tokens, turn, lineage, replica)
+        if group[r] >= 0:
+            home[group[r]] = chosen
+        return chosen
     best = turn % replicas
     for step in range(1, replicas):
         j = (turn + step) % replicas
         if waiting[j] < waiting[best] or (waiting[j] == waiting[best] and load[j] < load[best]):
             best = j
-    if router == PREFIX_AWARE and 0 <= lineage[r, 0] < r:
-        best = prefix_scored(r, replicas, waiting, load, pool_tokens, turn, lineage, replica)
-        if group[r] >= 0:
-            home[group[r]] = best
-        return best
     if router == PREFIX_AWARE and group[r] >= 0:
         g = group[r]
         if home[g] >= 0 and load[home[g]] <= 2 * load[best] + pool_tokens // STICK_POOL_FRACTION:
