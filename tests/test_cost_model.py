@@ -21,7 +21,7 @@ from planner.scenario import Scenario
 from planner.sim.calibration import fit_points, predict_points, read_points
 from planner.sim.calibration_file import params_from_json
 from planner.sim.cost_model import CostParams, predict_step, step_seconds
-from planner.sim.step_spec import batch_aggregates
+from planner.sim.step_spec import batch_aggregates, window_skips
 from planner.sim.run import simulate
 from planner.sim.trace_calibration import fit_trace
 from planner.sim.workload import synthetic
@@ -977,3 +977,33 @@ def test_a_decode_step_holds_at_most_max_model_len_tokens():
     assert predict_step(s, [], [(1, 4095)])["step_ms"] > 0          # the decoded token is the 4,096th
     with pytest.raises(PlannerError, match="expected at most --max-model-len − 1 \\(4,095\\)"):
         predict_step(s, [], [(1, 4096)])
+
+
+@pytest.mark.parametrize("window", [1, 7, 64, 4096])
+def test_a_window_skips_what_its_layers_do_not_attend(window):
+    # brute force: the query at position p attends min(p, window) keys and the chunk reads the earlier tokens the
+    # window reaches, min(context, window - 1)
+    for new in (1, 2, 5, 63, 64, 65, 500, 5000):
+        for context in (0, 1, 6, 7, 63, 64, 100, 4095, 4096, 9000):
+            full = sum(range(context + 1, context + new + 1))
+            kept = sum(min(p, window) for p in range(context + 1, context + new + 1))
+            assert window_skips.py_func(new, context, window) == (full - kept, context - min(context, window - 1))
+    assert window_skips.py_func(300, 900, 0) == (0, 0)                  # no window
+
+
+def test_decode_past_a_sliding_window_costs_the_same_at_any_context():
+    mistral = S(get_model("mistral-7b"), max_model_len=32768)           # a 4,096 window on every layer
+    at_edge, far = (predict_step(mistral, [], [(64, k)])["step_ms"] for k in (4095, 30000))
+    assert far == at_edge
+    unwindowed = S(replace(get_model("mistral-7b"), sliding_window=None, sliding_layers=0), max_model_len=32768)
+    assert predict_step(unwindowed, [], [(64, 30000)])["step_ms"] > 2 * far
+    assert predict_step(unwindowed, [], [(64, 4095)])["step_ms"] == at_edge
+    # Gemma-2 slides on half its layers: past the window a decode's attention grows at half the rate
+    gemma = S(get_model("gemma-2-9b"), max_model_len=8192)
+    full_gemma = S(replace(get_model("gemma-2-9b"), sliding_window=None, sliding_layers=0), max_model_len=8192)
+    parts = [predict_step(g, [], [(32, 8000)]) for g in (gemma, full_gemma)]
+    edge = predict_step(gemma, [], [(32, 4095)])["memory_ms"]
+    assert parts[0]["memory_ms"] - edge == pytest.approx((parts[1]["memory_ms"] - edge) / 2, rel=0.01)
+    # a prefill chunk after 6,000 tokens of context: each layer's pairs, windowed, are the chunk's 4,096 keys each
+    chunk = batch_aggregates([(512, 6000)], [], 4096, 1.0)
+    assert chunk[1] == 512 * 4096 and chunk[3] == 4095

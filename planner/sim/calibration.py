@@ -119,14 +119,16 @@ def _batches(frame: pl.DataFrame) -> list[tuple[list[tuple[int, int]], list[tupl
             for p, pc, dc, ctx, _ in frame.select(POINT_COLUMNS).iter_rows()]
 
 
-def _aggregates(frame: pl.DataFrame) -> list[tuple[float, ...]]:
-    return [batch_aggregates(prefills, decodes) for prefills, decodes in _batches(frame)]
+def _aggregates(scenario: Scenario, frame: pl.DataFrame) -> list[tuple[float, ...]]:
+    c = scenario.coefficients       # its sliding window, which no cost parameter moves
+    return [batch_aggregates(prefills, decodes, int(c.window_tokens), c.window_share)
+            for prefills, decodes in _batches(frame)]
 
 
 def predict_points(scenario: Scenario, frame: pl.DataFrame) -> np.ndarray:
     """Predicted step_ms of each measured row, with the scenario's cost model."""
     c = scenario.coefficients.as_tuple()
-    return np.array([step_seconds.py_func(c, *agg)[0] * 1e3 for agg in _aggregates(frame)])
+    return np.array([step_seconds.py_func(c, *agg)[0] * 1e3 for agg in _aggregates(scenario, frame)])
 
 
 def with_values(params: CostParams, names: tuple[str, ...], values: np.ndarray) -> CostParams:
@@ -174,7 +176,7 @@ def fit_points(scenario: Scenario, frame: pl.DataFrame, names: tuple[str, ...] |
                            f"({scenario.max_model_len:,}): no engine runs that step; raise --max-model-len to the "
                            "measured server's")
     measured = frame["step_ms"].to_numpy()
-    aggs = _aggregates(frame)
+    aggs = _aggregates(scenario, frame)
     steps = _steps(frame)
     names = names or point_params(int(steps.max()) + 1)
     fit = _solve(scenario, aggs, measured, names)

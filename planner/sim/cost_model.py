@@ -9,7 +9,8 @@ GEMM ends and the output GEMM waits for it, so a mixed step's KV reads do not hi
 sums its operators' times the same way; a single ``max`` over the step, BLIS's, lets them overlap).
 Linear layers cost ``2 · active parameters`` FLOPs per token (those every rank holds whole, on every rank), the
 logits ``2 · vocab · hidden`` per sequence; causal attention ``2 · layers · heads · (qk + v head widths)`` per
-(query, key) pair (``4 · layers · heads · head_dim`` but for MLA); each kind at the tensor peak it runs at
+(query, key) pair (``4 · layers · heads · head_dim`` but for MLA), averaged over the layers where some slide a window
+(:func:`planner.sim.step_spec.window_skips`); each kind at the tensor peak it runs at
 (an 8-bit checkpoint's linear layers at the 8-bit one, attention and the logits in 16 bits). The linear layers
 stream the weights (the experts an MoE step's tokens touch); attention reads the KV cache of the batch's context
 and writes its new tokens'. Defaults and their sources:
@@ -29,7 +30,7 @@ from planner.capacity.memory import kv_bytes_per_token
 from planner.catalog.models import (active_param_count, param_count, replicated_param_count, routed_expert_param_count,
                                     weights_bytes_per_gpu)
 from planner.errors import PlannerError
-from planner.sim.step_spec import batch_aggregates
+from planner.sim.step_spec import batch_aggregates, check_step
 
 if TYPE_CHECKING:
     from planner.scenario import Scenario
@@ -223,12 +224,15 @@ class StepCoefficients:
     mixed_step_s: float          # added to a step that holds prefill tokens (piecewise CUDA graphs)
     expert_bytes: float          # per GPU, routed experts' weights (0 for a dense model), within weight_bytes
     expert_miss_log: float       # log(1 − experts_per_token / experts): a token's chance to miss one expert
+    window_tokens: float         # a sliding window's keys per query (0 without one): step_spec.window_skips
+    window_share: float          # the share of layers that slide
 
     def as_tuple(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self))
 
 
-_ROOFLINE_P = [f.name for f in fields(StepCoefficients)].index("roofline_p")   # its place in as_tuple()
+_FIELDS = [f.name for f in fields(StepCoefficients)]        # places in as_tuple() the compiled loops read by name
+_ROOFLINE_P, WINDOW_TOKENS, WINDOW_SHARE = (_FIELDS.index(n) for n in ("roofline_p", "window_tokens", "window_share"))
 
 
 def coefficients(scenario: Scenario) -> StepCoefficients:
@@ -284,15 +288,17 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
         seq_overhead_s=params.seq_overhead_s,
         roofline_p=params.roofline_p,
         mixed_step_s=piecewise_s if scenario.release.full_decode_graphs else 0.0,
-        expert_bytes=expert_bytes, expert_miss_log=miss)
+        expert_bytes=expert_bytes, expert_miss_log=miss,
+        window_tokens=float(model.sliding_window or 0), window_share=model.sliding_layers / model.layers)
 
 
 def prefill_seconds(scenario: Scenario, tokens) -> np.ndarray:
     """Seconds of one step that prefills a prompt of each length in ``tokens`` from scratch (no other sequence in
     the batch): what a recomputed preemption costs."""
-    c = scenario.coefficients.as_tuple()
-    return np.array([step_seconds.py_func(c, float(n), n * (n + 1) / 2, 0.0, 0.0, 1.0)[0]
-                     for n in np.asarray(tokens, dtype=float)])
+    c = scenario.coefficients
+    return np.array([step_seconds.py_func(c.as_tuple(), *batch_aggregates([(n, 0)], [], int(c.window_tokens),
+                                                                          c.window_share))[0]
+                     for n in np.asarray(tokens, dtype=np.int64).tolist()])
 
 
 # Bound codes returned by step_seconds
@@ -312,7 +318,8 @@ def step_seconds(c, prefill_tokens, attn_pairs, decode_count, context_tokens, se
         New prompt tokens computed this step (all chunks).
     attn_pairs : float
         (query, key) pairs of causal attention over all sequences: a chunk of ``n`` after ``k`` tokens adds
-        ``n·k + n(n+1)/2``, a decode with context ``k`` adds ``k + 1``.
+        ``n·k + n(n+1)/2``, a decode with context ``k`` adds ``k + 1`` (averaged over the layers where some slide a
+        window, as is ``context_tokens``: :func:`planner.sim.step_spec.windowed`).
     decode_count : float
         Sequences decoding one token.
     context_tokens : float
@@ -336,7 +343,7 @@ def step_parts(c, prefill_tokens, attn_pairs, decode_count, context_tokens, seqs
     the KV cache it reads and writes at MBU; and what runs beside them (per-step, per-sequence, all-reduce,
     piecewise-graph costs)."""
     (linear_per_token, logit_per_seq, attn_per_pair, s_per_byte, weight_bytes, kv_per_token,
-     comm_per_token, comm_fixed, step_overhead, seq_overhead, _, mixed_step, expert_bytes, miss_log) = c
+     comm_per_token, comm_fixed, step_overhead, seq_overhead, _, mixed_step, expert_bytes, miss_log, _, _) = c
     tokens = prefill_tokens + decode_count
     linear = linear_per_token * tokens + logit_per_seq * seqs
     # an MoE layer reads only the experts its tokens are routed to: E·(1 − (1 − k/E)^tokens) expected of E
@@ -376,18 +383,9 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     PlannerError
         For an empty step, or a sequence longer than the scenario's ``max_model_len`` (no engine runs one).
     """
+    check_step(scenario, prefills, decodes)
     c = scenario.coefficients
-    for tokens, context in prefills:
-        if tokens + context > scenario.max_model_len:
-            raise PlannerError(f"--prefill {tokens}@{context}: {tokens + context:,} tokens of context; expected at "
-                               f"most --max-model-len ({scenario.max_model_len:,})")
-    for _, context in decodes:      # the decoded token is the sequence's (context + 1)th
-        if context >= scenario.max_model_len:
-            raise PlannerError(f"--decode context {context:,}: expected at most --max-model-len − 1 "
-                               f"({scenario.max_model_len - 1:,}): the decoded token makes {context + 1:,}")
-    agg = batch_aggregates(prefills, decodes)
-    if agg[0] + agg[2] <= 0:
-        raise PlannerError("an empty step: give at least one --prefill or --decode")
+    agg = batch_aggregates(prefills, decodes, int(c.window_tokens), c.window_share)
     seconds, bound = step_seconds(c.as_tuple(), *agg)
     linear, weights, attention, kv, overhead = step_parts.py_func(c.as_tuple(), *agg)
     compute, memory = linear + attention, weights + kv

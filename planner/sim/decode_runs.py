@@ -7,8 +7,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from planner.sim.cost_model import step_seconds
+from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.kv_pool import allocate, block_span, publish
+from planner.sim.step_spec import window_skips, windowed
 
 
 @numba.njit(cache=True, nogil=True)
@@ -30,8 +31,9 @@ def decode_run(running, ns, horizon, t, steps, free, log_every, prompt, output, 
     """The steps of replica ``k`` while its ``ns`` running requests all decode and nothing else can happen: no
     request waits, none finishes, none is preempted and the next arrival (or another replica's step) comes after
     ``horizon``. Each such step is the one :func:`simulate_kernel` would take, its batch summed in closed form (the
-    tallies are sums of integers, exact in floating point whatever the order) and only the requests that need or
-    fill a block that step visited, in running order, so a long decode costs per block, not per token.
+    tallies are sums of integers, exact in floating point whatever the order; what a sliding window skips is summed
+    request by request) and only the requests that need or fill a block that step visited, in running order, so a
+    long decode costs per block, not per token.
 
     The blocks the run takes from the free queue are taken together, at its end: evicting only ever uncaches free
     keys, so it cannot change a publication of a key nobody caches, which is all the run publishes by itself
@@ -40,7 +42,7 @@ def decode_run(running, ns, horizon, t, steps, free, log_every, prompt, output, 
     bound)`` with the requests' counters advanced. ``scratch`` rows: tokens computed at the start, next event
     step, this step's events, run holding the next block to fill."""
     c0, event, todo, seg = scratch[0], scratch[1], scratch[2], scratch[3]
-    last = np.int64(1) << 62
+    last, window = np.int64(1) << 62, np.int64(coeffs[WINDOW_TOKENS])
     context0 = 0
     for i in range(ns):
         r = running[i]
@@ -89,8 +91,13 @@ def decode_run(running, ns, horizon, t, steps, free, log_every, prompt, output, 
                             r, k, n_keys)
                 published[r] = filled >> shift
             event[i] = next_block_event(c0[i], s + 1, blocks[r], published[r], caching, block_size)
-        context = float(context0 + s * ns)
-        dt, bound = step_seconds(coeffs, 0.0, context + ns, float(ns), context, float(ns))
+        skipped = 0
+        if window > 0:          # a decode's window skips as many (query, key) pairs as context tokens read
+            for i in range(ns):
+                skipped += window_skips(1, c0[i] + s, window)[0]
+        pairs, context = windowed(float(context0 + s * ns + ns), float(context0 + s * ns), float(skipped),
+                                  float(skipped), coeffs[WINDOW_SHARE])
+        dt, bound = step_seconds(coeffs, 0.0, pairs, float(ns), context, float(ns))
         t += dt
         steps += 1
         s += 1

@@ -15,10 +15,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from planner.sim.cost_model import step_seconds
+from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.decode_runs import decode_run
 from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
 from planner.sim.routers.base import ROUND_ROBIN, route
+from planner.sim.step_spec import tally, windowed
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024) - 1)
 TGI_CHUNK = 1024
@@ -64,17 +65,6 @@ def log_step(timeline, rows, t, running, waiting, blocks_used, dt, bound):
     timeline[rows, 4] = dt
     timeline[rows, 5] = bound
     return timeline, rows + 1
-
-
-@numba.njit(cache=True, nogil=True)
-def tally(prefill_tokens, pairs, decodes, context, new, c, prompt, generated):
-    """Add ``new`` tokens after ``c`` computed ones of a request (``prompt`` and ``generated`` so far) to a step's
-    :func:`planner.sim.cost_model.step_seconds` inputs: a decode when it computes the one token sampled last."""
-    if new == 1 and generated > 0 and c == prompt + generated - 1:
-        decodes += 1.0
-    else:
-        prefill_tokens += new
-    return prefill_tokens, pairs + (new * c + new * (new + 1) / 2), decodes, context + c
 
 
 @numba.njit(cache=True, nogil=True)
@@ -146,6 +136,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
     sched_req = np.empty(max_num_seqs + 1, np.int64)
     sched_tok = np.empty(max_num_seqs + 1, np.int64)
     run_scratch = np.empty((4, max_num_seqs + 1), np.int64)      # decode runs'
+    batch, window = np.zeros(6), np.int64(coeffs[WINDOW_TOKENS])
     timeline = np.empty((1024, 6))
     rows = 0
     caching = caching and mode == LAZY
@@ -212,7 +203,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
         preempted = False
         ns = 0
         seen = t - step_dt[k] if lagged and run_count > 0 else t      # arrivals the scheduler has seen
-        prefill_tokens, pairs, decodes, context = 0.0, 0.0, 0.0, 0.0     # the step's batch, tallied as scheduled
+        batch[:] = 0.0          # the step's batch, tallied as scheduled (tally)
         i = 0
         while i < run_count and budget > 0:
             r = running[i]
@@ -277,8 +268,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
             sched_req[ns] = r
             sched_tok[ns] = new
             ns += 1
-            prefill_tokens, pairs, decodes, context = tally(prefill_tokens, pairs, decodes, context, new, computed[r],
-                                                            prompt[r], generated[r])
+            tally(batch, new, computed[r], prompt[r], generated[r], window)
             budget -= new
             i += 1
         if not preempted:
@@ -345,8 +335,7 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 sched_req[ns] = r
                 sched_tok[ns] = new
                 ns += 1
-                prefill_tokens, pairs, decodes, context = tally(prefill_tokens, pairs, decodes, context, new,
-                                                                computed[r], prompt[r], generated[r])
+                tally(batch, new, computed[r], prompt[r], generated[r], window)
                 budget -= new
         if ns == 0:
             if run_count == 0 and size > 0:
@@ -360,7 +349,8 @@ def simulate_kernel(arrival, prompt, output, max_new, coeffs, max_num_seqs, toke
                 heads[k], sizes[k], counts[k], frees[k] = head, size, run_count, free
                 continue
             raise RuntimeError("no request could be scheduled while some are running")
-        dt, bound = step_seconds(coeffs, prefill_tokens, pairs, decodes, context, float(ns))
+        pairs, context = windowed(batch[1], batch[3], batch[4], batch[5], coeffs[WINDOW_SHARE])
+        dt, bound = step_seconds(coeffs, batch[0], pairs, batch[2], context, float(ns))
         t += dt
         steps += 1
         step_dt[k] = dt

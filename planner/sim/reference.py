@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.sim.cost_model import step_seconds
+from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.engines.base import EngineSettings, RawRun
 from planner.sim.engines.vllm_v1 import usable_blocks
 from planner.sim.prefix import BlockRuns
+from planner.sim.step_spec import window_skips, windowed
 
 
 @dataclass
@@ -208,7 +209,10 @@ def run_reference(arrival, prompt, output, settings: EngineSettings, coeffs: tup
         decodes = sum(is_decode)
         pairs = sum(new * ctx + new * (new + 1) / 2 for _, new, ctx in scheduled)
         context = sum(ctx for _, _, ctx in scheduled)
-        seconds, _ = step(coeffs, float(prefill), float(pairs), float(decodes), float(context), float(len(scheduled)))
+        skips = [window_skips.py_func(new, ctx, int(coeffs[WINDOW_TOKENS])) for _, new, ctx in scheduled]
+        pairs, context = windowed.py_func(float(pairs), float(context), float(sum(p for p, _ in skips)),
+                                          float(sum(c for _, c in skips)), coeffs[WINDOW_SHARE])
+        seconds, _ = step(coeffs, float(prefill), pairs, float(decodes), context, float(len(scheduled)))
         now += seconds
         last_seconds = seconds
         steps += 1

@@ -3,9 +3,10 @@
 import numba
 import numpy as np
 
-from planner.sim.cost_model import step_seconds
+from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun
 from planner.sim.kernel import log_step
+from planner.sim.step_spec import window_skips, windowed
 
 
 @numba.njit(cache=True, nogil=True)
@@ -17,6 +18,7 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
     rejected = np.zeros(n, np.bool_)
     timeline = np.empty((1024, 6))
     rows, steps, start, t = 0, 0, 0, 0.0
+    window, share = np.int64(coeffs[WINDOW_TOKENS]), coeffs[WINDOW_SHARE]
     while start < n:
         if arrival[start] > t:
             t = arrival[start]
@@ -36,8 +38,9 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
         b = float(end - start)
         for r in range(start, end):
             first_sched[r] = t
-        dt, bound = step_seconds(coeffs, b * longest_prompt, b * longest_prompt * (longest_prompt + 1) / 2, 0.0,
-                                 0.0, b)
+        pairs, _ = windowed(b * longest_prompt * (longest_prompt + 1) / 2, 0.0,
+                            b * window_skips(longest_prompt, 0, window)[0], 0.0, share)
+        dt, bound = step_seconds(coeffs, b * longest_prompt, pairs, 0.0, 0.0, b)
         t += dt
         steps += 1
         for r in range(start, end):
@@ -46,7 +49,9 @@ def _static_kernel(arrival, prompt, output, coeffs, batch_size, block_size, num_
                 finish[r] = t
         for s in range(1, longest_output):
             context = longest_prompt + s - 1
-            dt, bound = step_seconds(coeffs, 0.0, b * (context + 1), b, b * context, b)
+            skipped = b * window_skips(1, context, window)[0]
+            pairs, kv_context = windowed(b * (context + 1), b * context, skipped, skipped, share)
+            dt, bound = step_seconds(coeffs, 0.0, pairs, b, kv_context, b)
             t += dt
             steps += 1
             for r in range(start, end):

@@ -3,9 +3,10 @@
 import numba
 import numpy as np
 
-from planner.sim.cost_model import step_seconds
+from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.engines.base import Engine, EngineSettings, RawRun, plan_note, vllm_scenario_flags
 from planner.sim.kernel import enqueue_arrivals, log_step
+from planner.sim.step_spec import window_skips, windowed
 
 # vLLM V0 (0.6) turns chunked prefill on by itself for a max_model_len above 32K unless told not to
 V0_CHUNKS_ABOVE = 32 * 1024
@@ -31,6 +32,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
     running = np.empty(n, np.int64)
     run_count = 0
     watermark = int(WATERMARK * num_blocks)
+    window = np.int64(coeffs[WINDOW_TOKENS])
     timeline = np.empty((1024, 6))
     rows, steps, next_arrival, done = 0, 0, 0, 0
     free = num_blocks
@@ -42,7 +44,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             continue
         extra = 0.0
         # prefill step: admit from the queue (swapped-out requests first, as they sit at its front)
-        admitted, prefill_tokens, pairs = 0, 0.0, 0.0
+        admitted, prefill_tokens, pairs, skipped = 0, 0.0, 0.0, 0.0     # skipped: pairs a sliding window skips
         while size > 0 and run_count < max_num_seqs:
             r = queue[head]
             if swapped[r]:
@@ -79,6 +81,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
                     break
                 prefill_tokens += new
                 pairs += new * (new + 1) / 2
+                skipped += window_skips(new, 0, window)[0]
                 tokens[r] = new
                 blocks[r] = need
                 admitted += 1
@@ -90,6 +93,7 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
             if np.isnan(first_sched[r]):
                 first_sched[r] = t
         if admitted > 0:
+            pairs, _ = windowed(pairs, 0.0, skipped, 0.0, coeffs[WINDOW_SHARE])
             dt, bound = step_seconds(coeffs, prefill_tokens, pairs, 0.0, 0.0, float(admitted))
             t += dt + extra
             for j in range(run_count - admitted, run_count):
@@ -125,10 +129,12 @@ def _v0_kernel(arrival, prompt, output, coeffs, max_num_seqs, budget, block_size
                 j += 1
             if run_count == 0:
                 continue
-            context = 0.0
+            context, skipped = 0.0, 0.0
             for j in range(run_count):
                 context += tokens[running[j]]
-            dt, bound = step_seconds(coeffs, 0.0, context + run_count, float(run_count), context, float(run_count))
+                skipped += window_skips(1, tokens[running[j]], window)[0]
+            pairs, context = windowed(context + run_count, context, skipped, skipped, coeffs[WINDOW_SHARE])
+            dt, bound = step_seconds(coeffs, 0.0, pairs, float(run_count), context, float(run_count))
             t += dt + extra
             for j in range(run_count):
                 r = running[j]
