@@ -170,3 +170,22 @@ def test_log_t_family_approaches_lognormal_at_high_df():
     ln = stats.lognorm(0.8, scale=math.exp(5.0))
     x = np.array([10.0, 150.0, 2000.0])
     np.testing.assert_allclose(lt.logpdf(x), ln.logpdf(x), rtol=1e-5)
+
+
+def test_one_absurd_length_does_not_break_the_heavy_tailed_fits():
+    # 5,000 lognormal(6, 1) lengths and one logged as 10^15 tokens: far out in the tail the survival logs of x ± 0.5
+    # agree to every digit, and their difference read the interval as empty (-inf) for every heavy-tailed family
+    x = np.rint(np.random.default_rng(3).lognormal(6.0, 1.0, 5000)) + 1
+    fit = fit_lengths(np.append(x, 1e15))
+    by_name = {c.family: c for c in fit.candidates}
+    for name in ("lognormal", "lognormal_pareto", "logt"):
+        assert by_name[name].error is None, by_name[name].error
+    assert fit.best in ("lognormal_pareto", "logt", "lomax")          # a tail heavy enough to hold it
+    assert by_name["lognormal"].params["mu"] == pytest.approx(6.0, abs=0.1)
+    # the midpoint density stands in only where the two survival logs cannot tell the interval's mass
+    lo, hi = np.array([99.5, 1e15 - 0.5]), np.array([100.5, 1e15 + 0.5])
+    logpdf, logsf = families._FAST["lognormal"]
+    mass = families.interval_log_mass(logpdf, logsf, {"mu": 6.0, "sigma": 1.0}, lo, hi)
+    dist = stats.lognorm(1.0, scale=math.exp(6.0))
+    assert mass[0] == pytest.approx(math.log(dist.sf(99.5) - dist.sf(100.5)), rel=1e-9)
+    assert mass[1] == pytest.approx(dist.logpdf(1e15), rel=1e-9)

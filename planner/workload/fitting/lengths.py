@@ -233,7 +233,8 @@ def _candidate(name: str, s: _Sample, n: float) -> Candidate:
         params, nll = _fit_family(name, s)
         dist = FAMILIES[name].build(params)
         k = len(FAMILIES[name].params)   # a profiled threshold is a parameter too
-        quantiles = {key: float(dist.ppf(q)) for key, q in QUANTILES.items()}
+        with np.errstate(all="ignore"):         # an absurd fit's quantiles overflow to inf: shown, not warned of
+            quantiles = {key: float(dist.ppf(q)) for key, q in QUANTILES.items()}
         return Candidate(name, params, 2 * k + 2 * nll, k * math.log(n) + 2 * nll, _ks(dist, s),
                          quantiles, dist)
     except Exception as exc:  # noqa: BLE001 - a family that fails is reported, never fatal
