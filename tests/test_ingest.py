@@ -114,11 +114,37 @@ def test_datetimes_named_in_zones_are_read_in_them(con, tmp_path):
     assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == pytest.approx(
         [10_680.0, 10_740.0, 0.0, 60.123456], abs=1e-6)        # nanoseconds cut to microseconds, as stored
     assert store.get_trace(con, result.trace_id).start_epoch_s == 1700176743.0       # 23:19:03 UTC
-    # an abbreviation or a word after the time is no zone the cast knows: read as a plain timestamp, as before
+    # one abbreviation or word after every time is no zone the cast knows: read as the plain clock time it follows
     for tail in ("PDT", "retry"):
         rows = "".join(f"2024-07-01 10:00:{s:02d} {tail},100,5\n" for s in range(20))
         plain = ingest_file(con, write(tmp_path / f"{tail}.csv", "timestamp,input_tokens,output_tokens\n" + rows))
         assert (plain.rows, plain.rejected) == (20, 0)
+    # two of them are two zones the cast cannot tell apart: refused, not read hours apart in silence
+    mixed = write(tmp_path / "mixed.csv", "timestamp,input_tokens,output_tokens\n2024-01-01 09:00:00 EST,10,5\n"
+                  "2024-01-01 06:00:05 PST,10,5\n")
+    with pytest.raises(PlannerError, match=r"end in 'EST' and 'PST'; expected one form for the whole column"):
+        ingest_file(con, mixed)
+
+
+def test_twelve_hour_times_are_read_on_the_24_hour_clock(con, tmp_path):
+    path = write(tmp_path / "ampm.csv", "timestamp,input_tokens,output_tokens\n2024-01-01 11:59:00 AM,10,5\n"
+                 "2024-01-01 12:30:00 pm,10,5\n2024-01-01 01:00:00 PM,10,5\n2024-01-02 12:15:00 AM,10,5\n"
+                 "2024-01-02 13:15:00 PM,10,5\n2024-01-02 01:15:00,10,5\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected) == (4, 2)          # hour 13 PM, and a time without AM or PM
+    assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == [0.0, 1860.0, 3660.0, 44_160.0]
+    reasons = [r[0] for r in con.execute("SELECT reason FROM rejects WHERE trace_id = ?", [result.trace_id]).fetchall()]
+    assert all("ending in AM or PM (hours 1 to 12)" in r for r in reasons), reasons
+
+
+def test_an_offset_first_seen_past_the_sample_is_rejected_not_dropped(con, tmp_path):
+    # the column's first 20,000 rows are naive; a plain cast read "10:35:00+05:00" as 10:35, five hours off
+    naive = "".join(f"2024-01-01 {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d},10,5\n" for s in range(20_100))
+    zoned = "".join(f"2024-01-01 10:35:{s:02d}+05:00,10,5\n" for s in range(10))
+    result = ingest_file(con, write(tmp_path / "late.csv", "timestamp,input_tokens,output_tokens\n" + naive + zoned))
+    assert (result.rows, result.rejected) == (20_100, 10)
+    reason = con.execute("SELECT reason FROM rejects WHERE trace_id = ? LIMIT 1", [result.trace_id]).fetchone()[0]
+    assert "cannot read 2024-01-01 10:35:00+05:00 as a datetime with no UTC offset, zone or AM/PM" in reason
 
 
 def test_an_arrival_column_empty_throughout_is_named_as_what_is_missing(con, tmp_path):

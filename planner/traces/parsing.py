@@ -109,7 +109,7 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
         units["arrival"] = time_kind.kind
         v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
-        parsed.append(f"{arrival_sql(value['arrival'], time_kind)} AS __arrival")
+        parsed.append(f"{arrival_sql(value['arrival'], time_kind, value['arrival'] is text['arrival'])} AS __arrival")
         readable = "coalesce(isfinite(__arrival), false)"
         outside = "false"
         if time_kind.is_wall_clock and time_kind.range_checked:
@@ -119,7 +119,7 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
                     "one unit for the whole column (another row''s unit, or a placeholder such as 0?)")
         bad.append(f"NOT {readable} OR {outside}")
         reasons.append(f"CASE WHEN {blank('arrival')} THEN {lab} || ': missing' "
-                       f"WHEN NOT {readable} THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.kind}' "
+                       f"WHEN NOT {readable} THEN {lab} || ': cannot read ' || {v} || ' as {time_kind.form}' "
                        f"WHEN {outside} THEN {lab} || ': ' || {v} || ' read as {time_kind.kind} is not a time "
                        f"between 1973 and 2100 like the column''s others; expected {expected}' END")
     # a log writes its latencies in one unit: a bare column takes the unit its siblings' names state where its

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from planner.errors import PlannerError
 from planner.traces.layouts import TIME_UNITS
+from planner.traces.sources import sql_str
 
 # possessive: a digit run never gives digits back (nothing after it can match one), so a datetime fails fast
 _NUMBER = re.compile(r"^[+-]?(\d++)(?:\.(\d*+))?(?:[eE][+-]?\d++)?$")
@@ -26,8 +27,12 @@ WALL_CLOCK_RANGE_S = (_EPOCH_FLOOR_S, 4_102_444_800.0)
 _FLOOR_YEAR = 1973
 _ZONE = re.compile(r"(Z|[+-]\d{2}(:?\d{2})?)$")
 # a time zone named after the time: an IANA Area/Location name, or UTC/GMT. Not an abbreviation (PDT, BST, IST are
-# ambiguous or unknown to the cast, and "AM"/"PM" are none), which a plain timestamp cast reads as it always did
+# ambiguous or unknown to the cast): refused, as a plain timestamp cast silently drops it
 _ZONE_NAME = re.compile(r"\s*(UTC|GMT|[A-Z][A-Za-z_]+(?:/[A-Za-z0-9_+-]+)+)\s*$")
+_TWELVE_HOUR = re.compile(r"\s*([AaPp])[Mm]\s*$")
+# what a plain timestamp cast drops from a value it reads (offset, zone, AM/PM: hours off, in silence): a value of
+# a naive column that carries one is rejected, not read as if it had none ("T" is the date-time separator)
+_SUFFIX_SQL = r"'[A-SU-Za-z]|[+-]\d\d(:?\d\d)?\s*$'"
 _MAGNITUDE_UNITS = (("ns", 1e17), ("us", 1e14), ("ms", 1e11), ("s", _EPOCH_FLOOR_S))
 
 
@@ -39,9 +44,20 @@ class TimeKind:
     seconds_per_unit: float   # 1.0 for datetime (parsed to epoch seconds)
     resolution_s: float | None
     zoned: bool = False       # datetimes carry a UTC offset (parsing them is slower, so only when needed)
+    twelve_hour: bool = False  # datetimes end in AM or PM
+    dropped_tail: str = ""     # the one word every datetime ends in that names no zone (PDT): read without it
     # a value outside WALL_CLOCK_RANGE_S is a stray (epoch numbers; datetimes whose median is in the range), not
     # a time axis of its own (relative times written as 1970 datetimes)
     range_checked: bool = True
+
+    @property
+    def form(self) -> str:
+        """What a value of the column is read as, for a rejected row's reason (no quote marks: it goes into SQL)."""
+        if self.kind != "datetime" or self.zoned:
+            return self.kind
+        if self.twelve_hour:
+            return "a datetime ending in AM or PM (hours 1 to 12) like the first rows of the column"
+        return "a datetime with no UTC offset, zone or AM/PM like the first rows of the column"
 
     @property
     def is_wall_clock(self) -> bool:
@@ -103,10 +119,16 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
         # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position; a
         # zone's name after the time ("… America/Los_Angeles", "… UTC") is a zone too, which a plain timestamp
         # cast dropped (rows of two zones came out hours apart in the wrong order)
-        zoned = any(_ZONE.search(v, len(v) - 6) or _is_zone_name(v[m.end():])
-                    for v, m in zip(values, map(_DATETIME.match, values), strict=True) if m)
+        tails = {_tail(v, m) for v, m in zip(values, map(_DATETIME.match, values), strict=True) if m}
+        words = tails - {"", "zone", "ampm"}
+        if len(tails - {""}) > 1:
+            raise PlannerError(f"cannot read the arrival column: its datetimes end in {_listed(tails - {''})}; "
+                               "expected one form for the whole column: UTC offsets or tz-database zones (e.g. "
+                               "'2023-11-16 18:17:03+05:00', '2023-11-16 18:17:03 America/New_York'), AM/PM, or "
+                               "one zone abbreviation throughout")
         years = sorted(int(m.group(0)[:4]) for m in dt)
-        return TimeKind("datetime", 1.0, resolution, zoned, range_checked=years[len(years) // 2] >= _FLOOR_YEAR)
+        return TimeKind("datetime", 1.0, resolution, "zone" in tails, "ampm" in tails, next(iter(words), ""),
+                        range_checked=years[len(years) // 2] >= _FLOOR_YEAR)
 
     low = _deciding_magnitude([abs(float(v)) for v in numeric])
     if declared_unit == "auto":
@@ -121,6 +143,23 @@ def infer_time_kind(sample: list[str], declared_unit: str) -> TimeKind:
     if resolution is not None:
         resolution = float(f"{resolution:.3g}")
     return TimeKind(kind, TIME_UNITS[unit], resolution)
+
+
+def _tail(value: str, match: re.Match) -> str:
+    """What follows a datetime: ``""`` (nothing), ``"zone"`` (a UTC offset or a tz-database zone), ``"ampm"``,
+    or the word itself (a zone abbreviation, PDT: ambiguous, and unknown to the cast)."""
+    rest = value[match.end():]
+    if not rest.strip():
+        return ""
+    # an offset is at most 6 characters ("+05:30"): searching only the tail skips a scan of every position
+    if _ZONE.search(value, len(value) - 6) or _is_zone_name(rest):
+        return "zone"
+    return "ampm" if _TWELVE_HOUR.fullmatch(rest) else rest.strip()
+
+
+def _listed(tails: set[str]) -> str:
+    names = {"zone": "UTC offsets or zones", "ampm": "AM/PM"}
+    return " and ".join(sorted(names.get(t, repr(t)) for t in tails))
 
 
 def _is_zone_name(tail: str) -> bool:
@@ -146,7 +185,7 @@ def _deciding_magnitude(magnitudes: list[float]) -> float:
     return median if 2 * near >= len(magnitudes) else min(magnitudes)
 
 
-def arrival_sql(value_sql: str, kind: TimeKind) -> str:
+def arrival_sql(value_sql: str, kind: TimeKind, text: bool = True) -> str:
     """SQL reading the text value as an arrival to store; NULL when unparsable.
 
     Datetimes stay timestamps (:func:`seconds_sql` turns them into epoch seconds when read): a timestamp column
@@ -154,11 +193,31 @@ def arrival_sql(value_sql: str, kind: TimeKind) -> str:
     Numbers become seconds, epoch or relative as the kind says.
     """
     if kind.kind == "datetime":
-        return f"TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'})"
+        if kind.zoned or not text:         # a typed timestamp column holds what it holds
+            return f"TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'})"
+        if kind.twelve_hour:
+            return _twelve_hour_sql(value_sql)
+        bare = value_sql
+        if kind.dropped_tail:       # the cast reads the clock time before it, as a value without it
+            tail = sql_str(r"\s*" + re.escape(kind.dropped_tail) + r"\s*$")
+            bare = f"regexp_replace({value_sql}, {tail}, '')"
+        return f"CASE WHEN NOT regexp_matches({bare}, {_SUFFIX_SQL}) THEN TRY_CAST({bare} AS TIMESTAMP) END"
     # divide by an exact integer (5999 / 1000 = 5.999) rather than multiply by an inexact 0.001
     per_second = round(1.0 / kind.seconds_per_unit)
     scale = "" if per_second == 1 else f" / {per_second}.0"
     return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
+
+
+def _twelve_hour_sql(value_sql: str) -> str:
+    """A datetime ending in AM or PM: its clock hour 1-12 read on the 24-hour clock (12 AM is 0:00, 1 PM 13:00);
+    NULL for an hour 0 or above 12, or a value with another suffix."""
+    clock = f"TRY_CAST(regexp_replace({value_sql}, '\\s*[AaPp][Mm]\\s*$', '') AS TIMESTAMP)"
+    half = f"upper(regexp_extract({value_sql}, '([AaPp])[Mm]\\s*$', 1))"
+    return (f"CASE WHEN regexp_matches(regexp_replace({value_sql}, '\\s*[AaPp][Mm]\\s*$', ''), {_SUFFIX_SQL}) "
+            f"OR hour({clock}) NOT BETWEEN 1 AND 12 THEN NULL "
+            f"WHEN {half} = '' THEN NULL "
+            f"ELSE {clock} + to_hours(CASE WHEN {half} = 'P' THEN 12 ELSE 0 END "
+            f"- CASE WHEN hour({clock}) = 12 THEN 12 ELSE 0 END) END")
 
 
 def seconds_sql(arrival: str, kind: TimeKind) -> str:
