@@ -981,14 +981,19 @@ def test_a_decode_step_holds_at_most_max_model_len_tokens():
 
 @pytest.mark.parametrize("window", [1, 7, 64, 4096])
 def test_a_window_skips_what_its_layers_do_not_attend(window):
-    # brute force: the query at position p attends min(p, window) keys and the chunk reads the earlier tokens the
-    # window reaches, min(context, window - 1)
+    # brute force over FlashAttention's window: the query at position p (from 1) attends keys max(1, p - window + 1)
+    # to p; of the context's keys 1..context, the chunk reads those some query of it reaches
     for new in (1, 2, 5, 63, 64, 65, 500, 5000):
         for context in (0, 1, 6, 7, 63, 64, 100, 4095, 4096, 9000):
-            full = sum(range(context + 1, context + new + 1))
-            kept = sum(min(p, window) for p in range(context + 1, context + new + 1))
-            assert window_skips.py_func(new, context, window) == (full - kept, context - min(context, window - 1))
-    assert window_skips.py_func(300, 900, 0) == (0, 0)                  # no window
+            queries = range(context + 1, context + new + 1)
+            full = sum(queries)
+            kept = sum(p - max(1, p - window + 1) + 1 for p in queries)
+            earliest = min(max(1, p - window + 1) for p in queries)
+            read = max(context - earliest + 1, 0)
+            expected = (full - kept, context - read)
+            assert window_skips.py_func(new, context, window) == expected
+            assert window_skips(new, context, window) == expected          # the compiled loops' own
+    assert window_skips(300, 900, 0) == (0, 0)                            # no window
 
 
 def test_decode_past_a_sliding_window_costs_the_same_at_any_context():
@@ -1007,3 +1012,9 @@ def test_decode_past_a_sliding_window_costs_the_same_at_any_context():
     # a prefill chunk after 6,000 tokens of context: each layer's pairs, windowed, are the chunk's 4,096 keys each
     chunk = batch_aggregates([(512, 6000)], [], 4096, 1.0)
     assert chunk[1] == 512 * 4096 and chunk[3] == 4095
+
+
+def test_a_step_of_no_tokens_is_refused():
+    for prefills, decodes in (([], []), ([(0, 0)], []), ([], [(0, 100)])):
+        with pytest.raises(PlannerError, match="an empty step"):
+            predict_step(S(), prefills, decodes)

@@ -309,3 +309,16 @@ def test_the_reports_per_gpu_table_gives_one_gpus_share_of_the_weights():
     assert row["weights GiB"] == pytest.approx(weights_bytes(get_model("llama-3-70b"), "bf16") / 2 / GiB, rel=1e-3)
     assert row["weights GiB"] == pytest.approx(plan.breakdown_gib()["weights"]) == pytest.approx(65.7, abs=0.05)
     assert row["KV bytes/token"] == 160 * 1024 and row["blocks"] == plan.num_blocks
+
+
+def test_the_layers_a_config_slides_are_those_hugging_face_slides():
+    base = {"model_type": "qwen2", "hidden_size": 1024, "num_hidden_layers": 32, "num_attention_heads": 16,
+            "num_key_value_heads": 4, "intermediate_size": 4096, "vocab_size": 32000,
+            "max_position_embeddings": 32768, "sliding_window": 4096}
+    # Qwen2/3: the layers from max_window_layers on slide, and only with use_sliding_window
+    assert from_hf_config({**base, "use_sliding_window": True, "max_window_layers": 28}).sliding_layers == 4
+    assert from_hf_config({**base, "use_sliding_window": True}).sliding_layers == 32
+    assert from_hf_config({**base, "use_sliding_window": False, "max_window_layers": 28}).sliding_window is None
+    # Gemma-2 slides its even-indexed layers: 4 of 7
+    gemma = {**base, "model_type": "gemma2", "num_hidden_layers": 7, "head_dim": 64}
+    assert from_hf_config(gemma).sliding_layers == 4

@@ -39,7 +39,7 @@ _RANGES = {"hidden_size": _WIDTH, "intermediate_size": _WIDTH, "ffn_dim": _WIDTH
            "num_key_value_heads": _COUNT, "vocab_size": (1, 2**24), "max_position_embeddings": (1, MAX_COUNT),
            "sliding_window": (1, MAX_COUNT), "num_local_experts": _COUNT, "n_routed_experts": _COUNT,
            "num_experts_per_tok": _COUNT, "n_shared_experts": (0, 2**16), "first_k_dense_replace": (0, 10_000),
-           "num_nextn_predict_layers": (0, 10_000)}
+           "num_nextn_predict_layers": (0, 10_000), "max_window_layers": (0, 10_000)}
 
 
 def _get(cfg: dict, key: str, *aliases: str, default=None):
@@ -138,12 +138,14 @@ def from_hf_config(cfg: dict, name: str | None = None, published_params: int | N
                     qk_norm=model_type == "qwen3")
         window = _whole(cfg, "sliding_window")
         if window and (model_type == "mistral" or _flag(cfg, "use_sliding_window", False)):
-            base.update(sliding_window=window, sliding_layers=layers)
+            # Qwen2/3 slide only the layers from max_window_layers on (Hugging Face's layer_types); Mistral all
+            below = _whole(cfg, "max_window_layers", default=0) if model_type != "mistral" else 0
+            base.update(sliding_window=window, sliding_layers=max(layers - below, 0))
         if model_type == "mixtral":
             base["moe"] = _moe(cfg, "num_local_experts", _whole(cfg, "intermediate_size"))
     elif model_type == "gemma2":
         base.update(norms_per_layer=4, sliding_window=_whole(cfg, "sliding_window", default=4096),
-                    sliding_layers=layers // 2)   # alternate layers: local (window) and global
+                    sliding_layers=(layers + 1) // 2)   # the even-indexed layers slide, the odd attend globally
     elif model_type == "falcon":
         new_arch = _flag(cfg, "new_decoder_architecture", False)
         if not new_arch and not _flag(cfg, "multi_query", True):

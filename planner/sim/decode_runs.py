@@ -31,9 +31,9 @@ def decode_run(running, ns, horizon, t, steps, free, log_every, prompt, output, 
     """The steps of replica ``k`` while its ``ns`` running requests all decode and nothing else can happen: no
     request waits, none finishes, none is preempted and the next arrival (or another replica's step) comes after
     ``horizon``. Each such step is the one :func:`simulate_kernel` would take, its batch summed in closed form (the
-    tallies are sums of integers, exact in floating point whatever the order; what a sliding window skips is summed
-    request by request) and only the requests that need or fill a block that step visited, in running order, so a
-    long decode costs per block, not per token.
+    tallies are sums of integers, exact in floating point whatever the order) and only the requests that need or
+    fill a block that step visited, in running order, so a long decode costs per block, not per token; but a
+    sliding window's skips, which a request's context past the window moves, are summed request by request.
 
     The blocks the run takes from the free queue are taken together, at its end: evicting only ever uncaches free
     keys, so it cannot change a publication of a key nobody caches, which is all the run publishes by itself

@@ -92,7 +92,7 @@ def beyond_limits(scenario: Scenario, prefills: list[tuple[int, int]], decodes: 
 def check_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: list[tuple[int, int]]) -> None:
     """Raise :class:`PlannerError` for an empty step, or a sequence longer than the scenario's ``max_model_len``
     (no engine runs one)."""
-    if not prefills and not decodes:
+    if sum(n for n, _ in prefills) + sum(m for m, _ in decodes) <= 0:
         raise PlannerError("an empty step: give at least one --prefill or --decode")
     for tokens, context in prefills:
         if tokens + context > scenario.max_model_len:
