@@ -501,3 +501,39 @@ def test_the_bracket_top_is_what_a_full_batch_sustains_even_on_a_trace_shorter_t
     long = "requests=8000,input=64,output=512,seed=4,qps="
     assert simulate(synthetic(long + repr(1.1 * top_rps)), config).verdict == "overloaded"
     assert simulate(synthetic(long + repr(0.93 * top_rps)), config).verdict == "stable"
+
+
+def test_a_class_that_holds_only_far_below_the_capacity_bound_is_found_not_called_infeasible():
+    # long prompts and a TTFT bound that only nearly idle replays meet: the search's 64x range from the bound
+    # fails throughout, and the class had been called infeasible though enough replicas hold it
+    work = synthetic("requests=300,input=6000,output=64,qps=1,seed=5")
+    search = Search(work, Scenario(MODEL, GPU, max_model_len=8192))
+    alone = search.run(16, 8192, 1e-4, True).metric_ms("ttft", 99)       # requests that never overlap
+    slo = SLOClass("tight", "ttft", 99, alone * 1.05)
+    cap = search.capacity_scale(16, 8192, True)
+    assert not meets(search.run(16, 8192, cap / 64, True), slo, search.max_queue_s)
+    scale, result = search.max_scale(16, 8192, True, slo, cap)
+    assert cap / 64 / 1024 <= scale < cap / 64 and result is not None
+    assert meets(search.run(16, 8192, scale, True), slo, search.max_queue_s)
+    assert not meets(search.run(16, 8192, scale * 1.1, True), slo, search.max_queue_s)   # the bisection's edge
+
+
+def test_the_capacity_bound_keeps_a_shared_prompt_cached_in_every_copy_of_the_burst():
+    # 3,000-token prompts opening with the same 2,800 tokens: the bound's burst repeats the trace, each copy with
+    # keys of its own, so the system prompt still hits (dropped, the bound read a third of the rate sustained)
+    work = synthetic("requests=300,input=3000,output=64,qps=2,prefix=2800:1,seed=6")
+    search, plain = (Search(w, Scenario(MODEL, GPU, max_model_len=8192))
+                     for w in (work, replace(work, prefix=None)))
+    burst = search.burst(256)
+    assert burst.n == 300 * 7 and burst.prefix is not None
+    assert search.capacity_scale(256, 8192, True) > 2 * plain.capacity_scale(256, 8192, True)
+
+
+def test_the_refinement_keeps_the_budget_at_least_max_num_seqs():
+    # a winner at 256 x 512 refined halfway to 1,024 sequences asked vLLM for 512 sequences on a 512-token budget,
+    # which it refuses, and the whole run stopped
+    work = synthetic("requests=1500,input=200,output=400,qps=5,seed=7")
+    search = Search(work, Scenario(MODEL, get_gpu("h100-sxm"), max_model_len=8192, max_num_seqs=4096,
+                                   max_num_batched_tokens=8192))
+    (row,) = recommend(search, [parse_slo("b:tpot_p99<15")])
+    assert row.config["max_num_batched_tokens"] >= row.config["max_num_seqs"]

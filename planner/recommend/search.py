@@ -36,6 +36,8 @@ SEQS_GRID = (8, 16, 32, 64, 128, 256)
 BURST_REQUESTS_PER_SEQ = 8
 BUDGET_GRID = (512, 1024, 2048, 4096, 8192)
 BISECTION_STEPS = 7
+# how far below the range's foot a class that fails there is searched: 1,024 x its 64 x, to near-idle replays
+DEEP_RANGE = 1024
 NEAR_BEST = 0.95
 
 
@@ -109,25 +111,35 @@ class Search:
         return self.capacities.get((seqs, budget, chunked), compute)
 
     def burst(self, seqs: int) -> SimWorkload:
-        """The trace's requests all at once, repeated (without groups or prefix identity: copies would hit one
-        another's prompts whole) until there are :data:`BURST_REQUESTS_PER_SEQ` per ``max_num_seqs`` slot."""
+        """The trace's requests all at once, repeated until there are :data:`BURST_REQUESTS_PER_SEQ` per
+        ``max_num_seqs`` slot: without groups, each copy with prefix keys of its own (copies sharing them would
+        hit one another's prompts whole; dropping them priced a prompt-sharing trace at a third of its rate,
+        capping the search there and pruning the configurations that sustain it)."""
         copies = math.ceil(BURST_REQUESTS_PER_SEQ * seqs / self.workload.n)
         if copies <= 1:
             return replace(self.workload, arrival_s=np.zeros(self.workload.n))
         w = self.workload
+        prefix = None if w.prefix is None else w.prefix.take(np.tile(np.arange(w.n), copies),
+                                                             np.repeat(np.arange(copies), w.n))
         return SimWorkload(np.zeros(w.n * copies), np.tile(w.input_tokens, copies), np.tile(w.output_tokens, copies),
-                           f"{w.source} x{copies}, all at once")
+                           f"{w.source} x{copies}, all at once", prefix=prefix)
 
     def max_scale(self, seqs: int, budget: int, chunked: bool, slo: SLOClass,
                   hi: float) -> tuple[float, SimResult | None]:
-        """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds, by bisection in log."""
-        lo_scale = hi / 64
+        """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds, by bisection in log;
+        where it fails at ``hi / 64`` too, in ``[hi / 64 / DEEP_RANGE, hi / 64]``: a class that holds only with
+        requests barely overlapping (a tight TTFT on long prompts) had been called infeasible, though replicas
+        enough hold it. 0 where it fails even there."""
+        lo_scale, steps = hi / 64, BISECTION_STEPS
         if not meets(self.run(seqs, budget, lo_scale, chunked), slo, self.max_queue_s):
-            return 0.0, None
-        if meets(self.run(seqs, budget, hi, chunked), slo, self.max_queue_s):
+            # one halving more: 1,024 x in 8 resolves 2.7%, as finely as 64 x in 7 (3.3%)
+            hi, lo_scale, steps = lo_scale, lo_scale / DEEP_RANGE, BISECTION_STEPS + 1
+            if not meets(self.run(seqs, budget, lo_scale, chunked), slo, self.max_queue_s):
+                return 0.0, None
+        elif meets(self.run(seqs, budget, hi, chunked), slo, self.max_queue_s):
             return hi, self.run(seqs, budget, hi, chunked)
         lo, top = math.log(lo_scale), math.log(hi)
-        for _ in range(BISECTION_STEPS):
+        for _ in range(steps):
             mid = (lo + top) / 2
             if meets(self.run(seqs, budget, math.exp(mid), chunked), slo, self.max_queue_s):
                 lo = mid
@@ -244,7 +256,8 @@ def recommend(search: Search, classes=DEFAULT_CLASSES, seqs_grid=SEQS_GRID, budg
         if refine and _best_scale(grid) > 0:
             top = max((g for g in grid if not g["pruned"]), key=lambda g: g["max_qps"])
             s, b, c = top["max_num_seqs"], top["max_num_batched_tokens"], top["enable_chunked_prefill"]
-            finer = [(s2, b, c) for s2 in _midpoints(s, seqs_grid, 8) if engine.chunked_seq_cap or not c]
+            finer = [(s2, b, c) for s2 in _midpoints(s, seqs_grid, 8)
+                     if (engine.chunked_seq_cap or not c) and (not c or b >= s2)]     # vLLM: budget ≥ max_num_seqs
             finer += [(s, b2, c) for b2 in _midpoints(b, budget_grid, 256) if c and b2 >= s]
             for s2, b2, c2 in finer:
                 _evaluate(search, slo, grid, s2, b2, c2)
