@@ -449,6 +449,11 @@ def test_an_attainment_class_holds_its_share_at_its_rate(seed_search):
     met = (result.ttft_s * 1e3 <= 1000) & (np.isnan(result.tpot_s) | (result.tpot_s * 1e3 <= 40))
     assert attainment(result, slo.bounds) == pytest.approx(met.mean())
     assert met.mean() >= 0.9
+    # the row says the share it holds there (the table had shown a TTFT p99 the class does not bound)
+    assert row.achieved == {"attainment": pytest.approx(met.mean())}
+    from planner.recommend.table import achieved_text
+
+    assert achieved_text(row.achieved) == f"{met.mean():.1%} of requests"
     # the share is what binds: at twice the rate it is missed
     faster = simulate(replace(seed_search.workload, arrival_s=seed_search.workload.arrival_s / (2 * scale)), cfg)
     assert attainment(faster, slo.bounds) < 0.9
@@ -537,3 +542,18 @@ def test_the_refinement_keeps_the_budget_at_least_max_num_seqs():
                                    max_num_batched_tokens=8192))
     (row,) = recommend(search, [parse_slo("b:tpot_p99<15")])
     assert row.config["max_num_batched_tokens"] >= row.config["max_num_seqs"]
+
+
+def test_a_class_row_says_its_own_bound_at_its_rate(seed_search, seed_rows):
+    # a p90 class is read by its p90, beside the p99s every row shows; a throughput class has no bound to read
+    (row,) = recommend(seed_search, [parse_slo("c90:ttft_p90<300")])
+    cfg = row.config
+    at_rate = seed_search.run(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], row.scale,
+                              cfg["enable_chunked_prefill"])
+    assert row.achieved == {"ttft_p90_ms": at_rate.metric_ms("ttft", 90)} and row.achieved["ttft_p90_ms"] < 300
+    assert row.achieved["ttft_p90_ms"] < row.predicted["ttft_ms"]["p99"]
+    by = {r.name: r for r in seed_rows}
+    assert by["throughput"].achieved == {} and set(by["ttft"].achieved) == {"ttft_p99_ms"}
+    from planner.cli.sim import class_line
+
+    assert f"ttft_p90_ms {row.achieved['ttft_p90_ms']:.4g})" in class_line(row)

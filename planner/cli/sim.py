@@ -193,8 +193,12 @@ def class_line(r) -> str:
         return f"{r.name:12s} NO  no configuration meets it; closest:  {r.launch_command}"
     fleet = (f" ({r.fleet.confident_replicas} with {r.fleet.confidence:.0%} confidence, {r.router})"
              if r.fleet and r.fleet.confident_replicas else f" ({r.router})" if r.fleet else "")
+    from planner.recommend.table import achieved_text
+
+    own = achieved_text(r.achieved)
     return (f"{r.name:12s} ok  qps/replica {r.max_qps_per_replica:.2f} ({r.verdict}, queue p99 "
-            f"{r.queue_ms['p99']:,.0f} ms) replicas {r.replicas_for_peak}{fleet}  {r.launch_command}")
+            f"{r.queue_ms['p99']:,.0f} ms{', ' + own if own else ''}) replicas {r.replicas_for_peak}{fleet}  "
+            f"{r.launch_command}")
 
 
 def cmd_recommend(args) -> None:

@@ -21,7 +21,8 @@ import numpy as np
 from planner.executors import Executor, get_executor
 from planner.recommend.fleet import FleetSizing
 from planner.recommend.parallel import Memo, parallel_map
-from planner.recommend.slo import DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, abort_wait_s, meets, slo_load
+from planner.recommend.slo import (DEFAULT_CLASSES, MAX_QUEUE_S, SLOClass, abort_wait_s, attainment, meets,
+                                   slo_load)
 from planner.scenario import Scenario
 from planner.sim.engines import get_engine
 from planner.sim.results import SimResult
@@ -181,6 +182,9 @@ class ClassRecommendation:
     queue_ms: dict = field(default_factory=lambda: {"p99": 0.0})
     router: str | None = None
     fleet: FleetSizing | None = None
+    # the class's own bound at its rate, by the slo object's key (ttft_p90_ms, attainment): ``predicted`` gives p50
+    # and p99 only, and a p90 or attainment class read beside a p99 it does not bound
+    achieved: dict = field(default_factory=dict)
 
     @property
     def slo_focus_label(self) -> str:
@@ -354,7 +358,17 @@ def _class_report(search: Search, slo: SLOClass, grid: list[dict]) -> ClassRecom
         grid=[{k: v for k, v in g.items() if k != "result"} for g in grid], tp=scenario.tp,
         max_new_tokens=scenario.max_new_tokens, qps_per_gpu=qps / scenario.tp,
         verdict=result.verdict if result else "overloaded",
-        queue_ms={"p99": result.queue_p99_s() * 1e3 if result else math.inf})
+        queue_ms={"p99": result.queue_p99_s() * 1e3 if result else math.inf}, achieved=achieved(result, slo))
+
+
+def achieved(result: SimResult | None, slo: SLOClass) -> dict:
+    """What ``result`` gives of the class's own bound, keyed as :meth:`SLOClass.as_dict` keys it: the metric at
+    its percentile, or the share of requests within every bound; empty for a throughput class."""
+    if result is None or not slo.bounded:
+        return {}
+    if slo.bounds:
+        return {"attainment": attainment(result, slo.bounds)}
+    return {slo.key: result.metric_ms(slo.metric, slo.percentile)}
 
 
 def _capacity_floor(search: Search, g: dict) -> float:
