@@ -557,3 +557,25 @@ def test_a_class_row_says_its_own_bound_at_its_rate(seed_search, seed_rows):
     from planner.cli.sim import class_line
 
     assert f"ttft_p90_ms {row.achieved['ttft_p90_ms']:.4g})" in class_line(row)
+
+
+def test_the_diagnosis_names_the_queue_where_it_stops_a_class_before_its_bound(seed_search):
+    # TPOT p99 < 1 s holds far past the rate where the queue stops holding: the search's rate is the queue's
+    from planner.recommend.diagnosis import diagnose
+    from planner.recommend.slo import holds
+
+    loose = parse_slo("loose:tpot_p99<1000")
+    (row,) = recommend(seed_search, [loose])
+    cfg = row.config
+    notes = diagnose(seed_search, cfg["max_num_seqs"], cfg["max_num_batched_tokens"], row.scale, [loose])
+    (note,) = [n for n in notes if "the queue gives out before any latency bound" in n]
+    assert not any("breaks first" in n for n in notes)
+    # bracketed by the load steps: the first whose replay does not hold, and the one before it
+    from planner.recommend.diagnosis import LOAD_STEPS
+
+    runs = [seed_search.run(cfg["max_num_seqs"], cfg["max_num_batched_tokens"], row.scale * f) for f in LOAD_STEPS]
+    i = next(i for i, r in enumerate(runs) if holds(r, seed_search.max_queue_s) is not None)
+    rate = [f * row.scale * seed_search.base_rate for f in LOAD_STEPS]
+    assert f"holds at {rate[i - 1]:.2f} req/s and not at {rate[i]:.2f} req/s" in note
+    assert holds(runs[i], seed_search.max_queue_s) in note
+    assert runs[i].metric_ms("tpot", 99) < 1000          # its bound still held where the queue gave out

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.recommend.search import BUDGET_GRID, SEQS_GRID, ClassRecommendation, Search
-from planner.recommend.slo import SLOClass, abort_wait_s, slo_load
+from planner.recommend.slo import SLOClass, abort_wait_s, holds, slo_load
 from planner.sim.engines import get_engine
 from planner.sim.pool_margin import PoolMargin, pool_margin, queue_holds
 from planner.sim.results import SimResult, prefix_cache_stats
@@ -117,8 +117,12 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
     """Plain sentences: what breaks first as load rises, what binds, and whether length-aware scheduling helps."""
     notes = []
     first, never = {}, []           # first: the last load step that met the SLO and the first that did not
+    queue = None                    # the same for the queue every class is held to, and why it failed
     for i, factor in enumerate(LOAD_STEPS):
         result = search.run(seqs, budget, scale * factor, chunked)
+        why = holds(result, search.max_queue_s)
+        if queue is None and why is not None and i > 0:
+            queue = (*(f * scale * search.base_rate for f in LOAD_STEPS[i - 1:i + 1]), why)
         for slo in slos:
             if not slo.bounded or slo.name in first or slo.name in never:
                 continue
@@ -132,6 +136,10 @@ def diagnose(search: Search, seqs: int, budget: int, scale: float, slos: list[SL
         met, broken = first[name]
         notes.append(f"As load rises, the {name} SLO breaks first, between {met:.2f} req/s (met) and {broken:.2f} "
                      "req/s (missed).")
+    if queue is not None and (not first or queue[1] < min(rates[1] for rates in first.values())):
+        # the search holds every class to a stable queue: a bound still met past the rate was not what stopped it
+        notes.append(f"As load rises, the queue gives out before any latency bound: it holds at {queue[0]:.2f} "
+                     f"req/s and not at {queue[1]:.2f} req/s ({queue[2]}).")
     if never:
         verb = "is" if len(never) == 1 else "are"
         notes.append(f"With these settings {', '.join(never)} {verb} not met even at half this rate.")
