@@ -13,7 +13,7 @@ def search_controls():
     and the URL). A malformed SLO class or TP list is shown as an error and stops the page, before any search."""
     from pages._prefix import shared_prefix
     from planner.recommend.fleet import GROWTH, RESAMPLES
-    from planner.recommend.plan import RecommendOptions, slo_classes
+    from planner.recommend.plan import RecommendOptions, slo_classes, with_throughput_class
     from planner.recommend.slo import MAX_QUEUE_S
     from planner.sim.routers import ROUTERS
 
@@ -21,7 +21,7 @@ def search_controls():
     slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **SHARED,
                                help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
                                     "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
-                                    "requests meet both); a throughput class (no latency bound) is always added")
+                                    "requests meet both); a throughput class (no latency bound) is added unless one is given")
     headroom = c[1].number_input("Headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **SHARED,
                                  help="size the fleet for the trace at its own rate times this")
     c = st.columns(4)
@@ -43,8 +43,8 @@ def search_controls():
                               help="by requests/s per GPU; empty: the scenario's TP")
     caps_text = c[1].text_input("Compare max_new_tokens caps", "", key="caps", placeholder="e.g. none,p95", **SHARED,
                                 help="none, integers, or pNN percentiles of the trace's output lengths")
-    slos = tuple(t.strip() for t in slo_text.split(";") if t.strip()) + ("throughput:throughput",)
     try:
+        slos = with_throughput_class(tuple(t.strip() for t in slo_text.split(";") if t.strip()))
         slo_classes(slos)
         tp_options = tuple(int(t) for t in tp_text.replace(" ", "").split(",") if t)
         return RecommendOptions(slos=slos, headroom=float(headroom), tp_options=tp_options,

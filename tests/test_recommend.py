@@ -123,8 +123,19 @@ def test_parse_slo():
     assert parse_slo("x:e2e<9000@0.95").share == 0.95 and parse_slo("x:e2e<9000@90").share == 0.9
     with pytest.raises(Exception, match="between 0 and 100%"):
         parse_slo("x:ttft<200@100%")
+    with pytest.raises(Exception, match="a metric is bounded twice"):     # its JSON had kept one of the two
+        parse_slo("x:ttft<200,ttft<100@90%")
     with pytest.raises(Exception, match="NAME:METRIC<VALUE"):
         parse_slo("ttft<200")
+    # the page's ';'-separated list given to --slo: the error says to repeat the flag
+    with pytest.raises(Exception, match="one class each: repeat --slo for several$"):
+        parse_slo("a:ttft_p99<200; b:tpot_p99<50")
+    # the page adds a throughput class unless one is given, by kind or by name (it had added a second one)
+    from planner.recommend.plan import slo_classes, with_throughput_class
+
+    assert with_throughput_class(("a:ttft_p99<200",)) == ("a:ttft_p99<200", "throughput:throughput")
+    for given in (("a:ttft_p99<200", "throughput:throughput"), ("bulk:throughput",), ("throughput:e2e_p99<9000",)):
+        assert with_throughput_class(given) == given and slo_classes(given)
 
 
 def test_recommend_cli_contract(tmp_path):

@@ -154,6 +154,14 @@ def slo_classes(texts: tuple[str, ...]) -> list[SLOClass]:
     return classes
 
 
+def with_throughput_class(texts: tuple[str, ...]) -> tuple[str, ...]:
+    """``texts`` and a throughput class (no latency bound) where none of them is one or is named ``throughput``:
+    the Recommend page always shows what the server sustains unbounded beside the classes it is given."""
+    if any(not c.bounded or c.name == "throughput" for c in map(parse_slo, texts)):
+        return texts
+    return (*texts, "throughput:throughput")
+
+
 def max_new_tokens_cap(text: str, outputs: np.ndarray) -> int | None:
     """``none``, an integer, or ``pNN``: that percentile of the trace's output lengths (the seed's procedure)."""
     text = text.strip().lower()

@@ -80,12 +80,16 @@ def parse_slo(text: str) -> SLOClass:
             raise PlannerError(f"--slo {text!r}: the attainment share must lie between 0 and 100% (such as @90% "
                                "or @0.9)")
         bounds = tuple((m, _limit_ms(text, v)) for m, v in re.findall(_BOUND, share.group(2)))
+        if len({m for m, _ in bounds}) < len(bounds):
+            raise PlannerError(f"--slo {text!r}: a metric is bounded twice; expected each of ttft, tpot and e2e at "
+                               "most once (the tighter bound is the one that holds)")
         return SLOClass(share.group(1), bounds=bounds, share=value)
     match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(ttft|tpot|e2e)_p(\d+(?:\.\d+)?)\s*<\s*([0-9.]+)\s*", text)
     if not match:
+        several = "; one class each: repeat --slo for several" if ";" in text else ""
         raise PlannerError(f"--slo {text!r}: expected NAME:METRIC<VALUE such as chat:ttft_p99<300 "
                            "(METRIC ttft_pNN, tpot_pNN or e2e_pNN, in ms), NAME:ttft<200,tpot<50@90% "
-                           "or NAME:throughput")
+                           f"or NAME:throughput{several}")
     name, metric, pct, limit = match.groups()
     if not 0 < float(pct) <= 100:
         raise PlannerError(f"--slo {text!r}: percentile p{pct} is not one; expected above p0 and at most p100, "
