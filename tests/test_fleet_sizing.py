@@ -204,8 +204,12 @@ def test_gpu_options_compare_fleets_by_cost():
     assert comparison.cheapest() == {"batch": "h100-sxm"}
     h100 = rows["h100-sxm"]
     assert h100["cost_per_hour"] == h100["replicas"] * 0.5
-    assert h100["cost_per_million_output_tokens"] == pytest.approx(
+    assert h100["fleet_cost_per_million_output_tokens"] == pytest.approx(
         h100["cost_per_hour"] / (comparison.output_tokens_per_hour / 1e6))
+    # the text names each option's fleet and cost, not only the cheapest GPU
+    assert h100["replicas"] == 1 and comparison.lines()[1] == (
+        f"batch        h100-sxm         1 x TP 1 = 1 GPU, $0.50/hour, "
+        f"${h100['fleet_cost_per_million_output_tokens']:,.3g}/M output tokens")
     assert math.isclose(comparison.output_tokens_per_hour, work.output_tokens.mean() * (work.n - 1)
                         / np.ptp(work.arrival_s) * 3600)
 

@@ -60,9 +60,11 @@ class GpuComparison:
                 out.append({"gpu": gpu, "class": c.name, "feasible": c.feasible, "tp": c.tp,
                             "replicas": c.replicas_for_peak,
                             "gpus": c.replicas_for_peak * c.tp if c.replicas_for_peak else None,
-                            "cost_per_hour": per_hour, "cost_per_million_output_tokens": self._per_million(per_hour),
+                            "cost_per_hour": per_hour,
+                            # the fleet's, on the trace's tokens: not the class row's one replica at its max rate
+                            "fleet_cost_per_million_output_tokens": self._per_million(per_hour),
                             "replicas_confident": sure, "cost_per_hour_confident": sure_per_hour,
-                            "cost_per_million_output_tokens_confident": self._per_million(sure_per_hour)})
+                            "fleet_cost_per_million_output_tokens_confident": self._per_million(sure_per_hour)})
         return out
 
     def _per_million(self, per_hour: float | None) -> float | None:
@@ -92,8 +94,16 @@ class GpuComparison:
         return {gpu: rec.skipped for gpu, rec in self.by_gpu.items() if rec.skipped}
 
     def lines(self) -> list[str]:
-        out = [f"{name}: cheapest on {gpu}" if gpu else f"{name}: no GPU option holds it"
-               for name, gpu in self.cheapest().items()]
+        """The comparison as text: per GPU and class its fleet and cost, then the cheapest per class."""
+        out = [f"{r['class']:12s} {r['gpu']:16s} "
+               + (f"{r['replicas']} x TP {r['tp']} = {r['gpus']} GPU{'s' * (r['gpus'] != 1)}, "
+                  f"${r['cost_per_hour']:,.2f}/hour"
+                  + (f", ${r['fleet_cost_per_million_output_tokens']:,.3g}/M output tokens"
+                     if r["fleet_cost_per_million_output_tokens"] is not None else "")
+                  if r["cost_per_hour"] is not None else "holds no fleet")
+               for r in self.rows()]
+        out += [f"{name}: cheapest on {gpu}" if gpu else f"{name}: no GPU option holds it"
+                for name, gpu in self.cheapest().items()]
         return (out + [f"{gpu}: skipped ({why})" for gpu, why in self.skipped.items()]
                 + [f"{gpu}: not compared: {'; '.join(why)}" for gpu, why in self.skipped_options().items()])
 
