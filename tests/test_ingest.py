@@ -333,3 +333,17 @@ def test_long_ingest_reports_progress(con, tmp_path):
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert any(m == "parsing rows" and 0.1 < f < 0.9 for f, m in seen), seen
+
+
+def test_a_json_field_first_seen_past_the_sample_is_read(con, tmp_path):
+    # an error field only failed requests carry, first seen on line 20,501: left out of the sampled structure, the
+    # failures had counted as successes and their TTFT had gone unread
+    from planner.traces.sources import JSON_SAMPLE
+
+    ok = "".join(json.dumps({"arrival_s": i * 0.1, "input_tokens": 100, "output_tokens": 10}) + "\n"
+                 for i in range(JSON_SAMPLE + 20))
+    failed = "".join(json.dumps({"arrival_s": 3000 + i * 0.1, "input_tokens": 100, "output_tokens": 0,
+                                 "error": "timeout", "ttft_ms": 5000}) + "\n" for i in range(100))
+    result = ingest_file(con, write(tmp_path / "late.jsonl", ok + failed))
+    assert result.failed == 100 and result.mapping["status"] == "error" and result.mapping["ttft_ms"] == "ttft_ms"
+    assert any(n.endswith("are read too: error, ttft_ms") for n in result.notes)
