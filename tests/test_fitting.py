@@ -189,3 +189,18 @@ def test_one_absurd_length_does_not_break_the_heavy_tailed_fits():
     dist = stats.lognorm(1.0, scale=math.exp(6.0))
     assert mass[0] == pytest.approx(math.log(dist.sf(99.5) - dist.sf(100.5)), rel=1e-9)
     assert mass[1] == pytest.approx(dist.logpdf(1e15), rel=1e-9)
+
+
+def test_lengths_of_one_value_are_that_point_mass_not_a_failure():
+    # a fixed-length benchmark: every prompt 100 tokens. No family has a shape to fit; the lengths are drawn as
+    # they are (it had raised, and stopped `simulate --fitted`)
+    from planner.sim.workload import from_fits
+
+    fit = fit_lengths(np.full(500, 100.0))
+    assert fit.best == "empirical" and [c.family for c in fit.candidates] == ["empirical"]
+    assert fit.censored_at is None and fit.empirical_quantiles == {k: 100.0 for k in fit.empirical_quantiles}
+    two = fit_lengths(np.array([7.0] * 30 + [900.0] * 10), cap=900.0)     # one value below a cap, the rest at it
+    assert two.best == "empirical" and two.censored_at == 900.0 and two.censored_fraction == 0.25
+    work = from_fits(fit, two, 4000, qps=1.0)
+    assert set(work.input_tokens) == {100} and set(work.output_tokens) == {7, 900}
+    assert np.mean(work.output_tokens == 900) == pytest.approx(0.25, abs=0.03)

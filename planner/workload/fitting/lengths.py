@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, stats
 from threadpoolctl import threadpool_limits
 
 from planner.workload.fitting.families import CLOCK_PHASES, FAMILIES
@@ -273,6 +273,7 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         Candidates sorted by AIC (converged families), then the empirical distribution, then families that
         failed, each with its error; one failing family never stops the others.
     """
+    given_cap = cap
     if w is None:
         x, w = counts_of(x)
     x, w = np.asarray(x, dtype=float), np.asarray(w, dtype=float)
@@ -301,7 +302,11 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         scale = fw.sum() / SUBSAMPLE
         fx, fw = fx[drawn > 0], drawn[drawn > 0].astype(float)
     if len(fx) < 2:
-        raise ValueError("need at least two distinct uncensored values to fit a length distribution")
+        # one distinct value (a benchmark's fixed lengths), or none below a cap: no family has a shape to fit, and
+        # the lengths are the point masses they are, drawn as such (refused, they had stopped `simulate --fitted`)
+        point = Candidate("empirical", {}, None, None, 0.0, empirical, stats.rv_discrete(values=(x, w / w.sum())))
+        return LengthFit(int(n + dropped), given_cap, above / n if given_cap is not None else 0.0, [point],
+                         empirical, dropped)
     if clock_s is not None:
         sample = _Sample(fx, fw, fx, fw, scale=scale, clock_s=clock_s)
     elif np.all(np.mod(x, 1.0) == 0) and floor is None:
