@@ -25,10 +25,9 @@ def fit_length_field(con: duckdb.DuckDBPyConnection, trace_id: str, fld: str, *,
         raise PlannerError(f"{fld}: the trace has fewer than two non-failed requests with a value; nothing to fit")
     try:
         return fit_lengths(x, w, cap=cap, detect=detect, seed=seed)
-    except ValueError as exc:       # too few distinct values (below a cap): the data, not a defect
-        where = f", the cap is {cap:g}" if cap is not None else ""
-        raise PlannerError(f"{fld}: {exc} (the trace has {len(x):,} distinct values{where}); expected at least two "
-                           "distinct values to fit") from None
+    except ValueError as exc:       # too few positive values (zero-length outputs dropped): the data, not a defect
+        raise PlannerError(f"{fld}: {exc} (the trace has {len(x):,} distinct values, {int(w[x > 0].sum()):,} "
+                           "requests above 0); expected at least two positive values to fit") from None
 
 
 def fit_interarrival(con: duckdb.DuckDBPyConnection, info: store.TraceInfo) -> ArrivalFit:
