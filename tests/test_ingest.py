@@ -187,8 +187,8 @@ def test_the_same_bytes_read_another_way_are_another_trace(con, tmp_path, monkey
     millis = ingest_file(con, path, unit_overrides={"arrival": "ms"})
     assert millis.duplicate_of is None and millis.trace_id != seconds.trace_id
     assert (seconds.units, millis.units) == ({"arrival": "relative_s"}, {"arrival": "relative_ms"})
-    assert millis.notes[-1] == (f"the same bytes are stored as ms ({seconds.trace_id}), read with other units: "
-                                "this is another reading of them")
+    assert millis.notes[-2:] == [f"the same bytes are stored as ms ({seconds.trace_id}), read with other units: "
+                                 "this is another reading of them", "named ms-2: a trace named ms is stored already"]
     spans = [con.execute(f"SELECT max(arrival) FROM {store.requests_view(t.trace_id)}").fetchone()[0]
              for t in (seconds, millis)]
     assert spans == [1750.0, 1.75]
@@ -229,11 +229,12 @@ def test_names_are_made_unique(con, tmp_path):
     b = ingest_file(con, write(tmp_path / "b.csv", CSV + "2024-01-01 00:00:04,1,1,1\n"), name="same")
     assert (a.name, b.name) == ("same", "same-2")
     assert store.get_trace(con, "same-2").trace_id == b.trace_id
-    # a name the user chose and did not get is said; a default one (the file's) is made unique quietly
+    # a name not given is said, the user's chosen one or the file's (a changed file ingested again had been
+    # stored apart in silence, its old trace still answering to the name)
     assert b.notes[-1] == "named same-2: a trace named same is stored already"
     (tmp_path / "sub").mkdir()
     c = ingest_file(con, write(tmp_path / "sub" / "same.csv", CSV + "2024-01-01 00:00:05,1,1,1\n"))
-    assert c.name == "same-3" and not any(n.startswith("named ") for n in c.notes)
+    assert c.name == "same-3" and c.notes[-1] == "named same-3: a trace named same is stored already"
     # a file named as a stored trace's id is not given that name: the id would be found first
     d = ingest_file(con, write(tmp_path / f"{a.trace_id}.csv", CSV + "2024-01-01 00:00:06,1,1,1\n"))
     assert d.name == f"{a.trace_id}-2"
@@ -347,3 +348,23 @@ def test_a_json_field_first_seen_past_the_sample_is_read(con, tmp_path):
     result = ingest_file(con, write(tmp_path / "late.jsonl", ok + failed))
     assert result.failed == 100 and result.mapping["status"] == "error" and result.mapping["ttft_ms"] == "ttft_ms"
     assert any(n.endswith("are read too: error, ttft_ms") for n in result.notes)
+
+
+def test_units_read_from_the_values_alone_are_said_and_checked_against_the_tokens(con, tmp_path):
+    # a bare `latency` of median ~200 beside 1-8 output tokens: 200 s a request is 40 s a token, past any server;
+    # read in ms, and the ingest says which unit it chose from the values and how to choose the other
+    rows = "".join(f"{100 + i},{1 + i % 8},{150 + i}\n" for i in range(100))
+    lat = ingest_file(con, write(tmp_path / "lat.csv", "input_tokens,output_tokens,latency\n" + rows))
+    assert lat.units["e2e_ms"] == "ms"
+    assert "e2e (column 'latency') read in ms from its values (median 200); give --unit e2e_ms=s if not" in lat.notes
+    # the same median beside 4,000-token outputs is 50 ms a token in seconds: seconds stand
+    long = ingest_file(con, write(tmp_path / "long.csv", "input_tokens,output_tokens,latency\n"
+                                  + "".join(f"100,4000,{150 + i}\n" for i in range(100))))
+    assert long.units["e2e_ms"] == "s"
+    # relative times carry no clock: their unit is a guess, said
+    rel = ingest_file(con, write(tmp_path / "rel.csv", "ts,input_tokens,output_tokens\n"
+                                 + "".join(f"{i * 200},100,5\n" for i in range(50))))
+    assert rel.time_kind == "relative_s" and any(n.startswith("arrival (column 'ts') read as seconds") for n in rel.notes)
+    # a changed file ingested again under its default name is stored apart: said, though no --name was given
+    again = ingest_file(con, write(tmp_path / "lat.csv", "input_tokens,output_tokens,latency\n" + rows + "1,1,1\n"))
+    assert again.name == "lat-2" and "named lat-2: a trace named lat is stored already" in again.notes

@@ -63,13 +63,14 @@ def test_an_error_column_of_false_or_zero_marks_no_failure(con, tmp_path, name, 
 
 
 def test_a_bare_latency_column_takes_the_unit_its_siblings_name(con, tmp_path):
-    # a median E2E of 175 alone reads as seconds; beside ttft_ms it is milliseconds, as the log writes them all
+    # a median E2E of 175 alone reads as seconds (over 400 output tokens); beside ttft_ms it is milliseconds, as
+    # the log writes them all
     rows = "".join(f"{i},600,12,{50 + i % 7},{170 + i % 11}\n" for i in range(40))
     r = ingest_file(con, write(tmp_path / "lat.csv", "timestamp,input_tokens,output_tokens,ttft_ms,latency\n" + rows))
     assert r.units["ttft_ms"] == r.units["e2e_ms"] == "ms"
     assert canonical_rows(con, r.trace_id, "ttft_ms, e2e_ms")[0] == (50.0, 170.0)
     alone = ingest_file(con, write(tmp_path / "alone.csv", "timestamp,input_tokens,output_tokens,latency\n"
-                                   + "".join(f"{i},600,12,{170 + i % 11}\n" for i in range(40))))
+                                   + "".join(f"{i},600,400,{170 + i % 11}\n" for i in range(40))))
     assert alone.units["e2e_ms"] == "s"
     # but not a unit its values cannot be in: a bare itl of median 25 beside ttft_s is 25 ms a token, not 25 s
     itl = ingest_file(con, write(tmp_path / "itl.csv", "timestamp,input_tokens,output_tokens,ttft_s,itl\n"

@@ -138,7 +138,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
         if duplicate is not None:
             report(1.0, "already stored")
             return duplicate
-    notes = list(source.notes)
+    notes = [*source.notes, *plan.notes]
     if fileset.kind == "glob":      # what a pattern named is worth saying: it may match more, or fewer, than meant
         notes.insert(0, f"the glob {fileset.spec!r} matched {len(fileset.paths):,} "
                         f"file{'s' if len(fileset.paths) > 1 else ''}")
@@ -196,8 +196,7 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 f"FROM {data} WHERE reject IS NULL")
             if rejected:
                 notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
-            trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)),
-                                           notes if name else None)
+            trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)), notes)
             if spans:
                 notes.append(f"read from {len(fileset.paths):,} files ({fileset.kind} {fileset.spec}); rows are "
                              "numbered through them in path order, and a reject names its file and its row there")

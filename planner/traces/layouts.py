@@ -106,7 +106,7 @@ GENERIC_ALIASES = {
 _BARE_LATENCY_MS_THRESHOLD = {"ttft_ms": 20.0, "tpot_ms": 1.0, "e2e_ms": 300.0}
 # The largest median (ms) a unit may give a column and still be read in it: 10 minutes to a first token, 10 s a
 # token, an hour a request (a bare itl of median 25 beside ttft_s is 25 ms a token, not 25 s)
-_MOST_PLAUSIBLE_MS = {"ttft_ms": 600_000.0, "tpot_ms": 10_000.0, "e2e_ms": 3_600_000.0}
+MOST_PLAUSIBLE_MS = {"ttft_ms": 600_000.0, "tpot_ms": 10_000.0, "e2e_ms": 3_600_000.0}
 
 
 def unit_from_name(column: str) -> str | None:
@@ -225,11 +225,11 @@ def detect_mapping(columns: list[str], overrides: dict[str, str] | None = None,
 
 def latency_unit(field_name: str, declared: str, median: float | None, sibling: str | None = None) -> str:
     """Resolve an ``auto`` latency unit: the unit a sibling latency column's name states where the median is
-    plausible in it (:data:`_MOST_PLAUSIBLE_MS`), else from the median (seconds if small, else milliseconds)."""
+    plausible in it (:data:`MOST_PLAUSIBLE_MS`), else from the median (seconds if small, else milliseconds)."""
     if declared != "auto":
         return declared
     if median is None:
         return sibling or "ms"
-    if sibling is not None and median * LATENCY_UNITS[sibling] <= _MOST_PLAUSIBLE_MS[field_name]:
+    if sibling is not None and median * LATENCY_UNITS[sibling] <= MOST_PLAUSIBLE_MS[field_name]:
         return sibling
     return "s" if median < _BARE_LATENCY_MS_THRESHOLD[field_name] else "ms"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.traces.hash_ids import hash_ids_sql
-from planner.traces.layouts import LATENCY_FIELDS, LATENCY_UNITS, Mapping, latency_unit, normalize
+from planner.traces.layouts import (LATENCY_FIELDS, LATENCY_UNITS, MOST_PLAUSIBLE_MS, Mapping, latency_unit,
+                                    normalize)
 from planner.traces.sources import Source, sql_str
 from planner.traces.timestamps import WALL_CLOCK_RANGE_S, TimeKind, arrival_sql, infer_time_kind, seconds_sql
 
@@ -52,6 +53,7 @@ class _Plan:
     failed_sql: str         # the failed flag over the data table's columns
     many_files: bool        # read from several files
     file_column: bool       # the data table has a ``file`` column: each row's index in the source's files
+    notes: tuple[str, ...] = ()     # units read from the values alone: a guess the user can correct with --unit
 
 
 def _label(fld: str, column: str) -> str:
@@ -105,8 +107,13 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
         if fld == "input_tokens":
             input_ok = ok
         bad.append(f"NOT {ok}")
+    guessed: list[str] = []
     if "arrival" in mapping.columns:
-        time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), units["arrival"])
+        declared = units["arrival"]
+        time_kind = infer_time_kind(_sample(cur, source, cols[mapping.columns["arrival"]]), declared)
+        if declared == "auto" and time_kind.kind == "relative_s":       # no clock in them: the unit is a guess
+            guessed.append(f"arrival (column {mapping.columns['arrival']!r}) read as seconds from the trace's "
+                           "start; give --unit arrival=ms (or us, ns) if it counts another unit")
         units["arrival"] = time_kind.kind
         v, lab = text["arrival"], _label("arrival", mapping.columns["arrival"])
         parsed.append(f"{arrival_sql(value['arrival'], time_kind, value['arrival'] is text['arrival'])} AS __arrival")
@@ -129,8 +136,20 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     for fld in LATENCY_FIELDS:
         if fld not in mapping.columns:
             continue
-        unit = latency_unit(fld, units[fld], _median(_sample(cur, source, cols[mapping.columns[fld]]))
-                            if units[fld] == "auto" else None, next(iter(named)) if len(named) == 1 else None)
+        declared, sibling = units[fld], next(iter(named)) if len(named) == 1 else None
+        median = _median(_sample(cur, source, cols[mapping.columns[fld]])) if declared == "auto" else None
+        unit = latency_unit(fld, declared, median, sibling)
+        if declared == "auto" and median is not None and sibling is None and unit == "s" and fld == "e2e_ms":
+            # a request's seconds over its output tokens past what any server takes a token: milliseconds (a bare
+            # `latency` of median 200 beside 1-8 output tokens had read 40 s a token)
+            tokens = _median(_sample(cur, source, cols[mapping.columns["output_tokens"]]))
+            if tokens and median * 1e3 / max(tokens, 1.0) > MOST_PLAUSIBLE_MS["tpot_ms"]:
+                unit = "ms"
+        if declared == "auto" and median is not None:
+            guessed.append(f"{fld.removesuffix('_ms')} (column {mapping.columns[fld]!r}) read in {unit} "
+                           + (f"as the {sibling} its sibling columns name" if unit == sibling else
+                              f"from its values (median {median:,.4g})")
+                           + f"; give --unit {fld}={'ms' if unit == 's' else 's'} if not")
         units[fld] = unit
         v, x, lab = text[fld], f"__{fld}", _label(fld, mapping.columns[fld])
         parsed.append(f"TRY_CAST({value[fld]} AS DOUBLE) * {LATENCY_UNITS[unit]!r} AS {x}")
@@ -189,4 +208,4 @@ def plan_parse(cur, source: Source, mapping: Mapping) -> _Plan:
     # a stored row is a good one: its output_tokens is the parsed count itself
     failed_sql = "failed" if stored_failed else "output_tokens = 0"
     return _Plan(select_sql, units, time_kind, frozenset(f for f in OPTIONAL_FIELDS if f in mapping.columns),
-                 failed_sql, many_files, file_column)
+                 failed_sql, many_files, file_column, tuple(guessed))

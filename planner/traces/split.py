@@ -102,7 +102,7 @@ def split_by_model(con: duckdb.DuckDBPyConnection, trace_ref: str, model: str, *
         stem = model.rstrip("/").rsplit("/", 1)[-1] or model
         cur.execute("INSERT INTO trace_files SELECT $id, idx, path, bytes, first_row, source_rows FROM trace_files "
                     "WHERE trace_id = $p", {"id": trace_id, "p": info.trace_id})
-        trace_name = store.unique_name(cur, name or f"{info.name}-{stem}", notes if name else None)
+        trace_name = store.unique_name(cur, name or f"{info.name}-{stem}", notes)
         cur.execute(
             "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
             "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "

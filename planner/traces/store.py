@@ -288,16 +288,17 @@ def check_name(name: str | None) -> None:
                            "name; expected another name")
 
 
-def unique_name(con: duckdb.DuckDBPyConnection, wanted: str, chosen_notes: list[str] | None = None) -> str:
+def unique_name(con: duckdb.DuckDBPyConnection, wanted: str, notes: list[str] | None = None) -> str:
     """``wanted``, or ``wanted-2``, ``wanted-3``… if that name is taken (by a trace's name, or its id: a trace is
-    looked up by id first); where the user chose ``wanted``, a note appended to ``chosen_notes`` says it was taken."""
+    looked up by id first); a note appended to ``notes`` says it was taken (a changed file ingested again under
+    its default name is stored apart, and the old trace still answers to the name)."""
     cur = con.cursor()
     taken = {r[0] for r in cur.execute("SELECT name FROM traces UNION SELECT trace_id FROM traces").fetchall()}
     name, n = wanted, 2
     while name in taken:
         name, n = f"{wanted}-{n}", n + 1
-    if chosen_notes is not None and name != wanted:
-        chosen_notes.append(f"named {name}: a trace named {wanted} is stored already")
+    if notes is not None and name != wanted:
+        notes.append(f"named {name}: a trace named {wanted} is stored already")
     return name
 
 

@@ -123,7 +123,7 @@ def ingest_summary(con: duckdb.DuckDBPyConnection, folder: str | Path, *, name: 
         timed = "arrival_counts" in found
         notes = [f"a summary ({', '.join(found)}) of {requests:,} requests, read from {len(paths):,} files: "
                  "lengths and rates are exact, inter-arrival gaps and request-level latencies are not kept"]
-        trace_name = store.unique_name(cur, name or folder.resolve().name, notes if name else None)
+        trace_name = store.unique_name(cur, name or folder.resolve().name, notes)
         cur.execute(
             "INSERT INTO traces (trace_id, name, source_file, content_sha256, format, compression, layout, "
             "mapping, units, dialect, rows, rejected, failed, has_timestamps, time_kind, timestamp_resolution_s, "
