@@ -368,3 +368,20 @@ def test_units_read_from_the_values_alone_are_said_and_checked_against_the_token
     # a changed file ingested again under its default name is stored apart: said, though no --name was given
     again = ingest_file(con, write(tmp_path / "lat.csv", "input_tokens,output_tokens,latency\n" + rows + "1,1,1\n"))
     assert again.name == "lat-2" and "named lat-2: a trace named lat is stored already" in again.notes
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 1 << 22])
+def test_a_file_of_two_line_endings_is_refused_naming_the_line(con, tmp_path, chunk_bytes):
+    # 1,000 CRLF rows then LF ones: DuckDB's reader said only "The CSV Parser state machine reached an invalid state"
+    from pathlib import Path
+
+    from planner.traces.sources import _mixed_line_ending
+
+    body = "timestamp,input_tokens,output_tokens\r\n" + "".join(f"{i},100,5\r\n" for i in range(1000)) + \
+        "".join(f"{1000 + i},100,5\n" for i in range(1000))
+    path = write(tmp_path / "mixed.csv", body.encode())
+    assert _mixed_line_ending(Path(path), chunk_bytes) == (1002, "CRLF", "LF")
+    with pytest.raises(PlannerError, match=r"^mixed.csv: line 1,002 ends in LF where the lines before it end in "
+                                           r"CRLF; expected one line ending throughout"):
+        ingest_file(con, path)
+    assert store.list_traces(con) == []          # nothing half-written

@@ -166,8 +166,35 @@ def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
     if "gzip" in lowered or "zstd" in lowered or "compress" in lowered:
         return PlannerError(f"{path.name}: the compressed data is truncated or corrupt ({detail}); expected a "
                             "complete .gz or .zst file")
+    if "state machine reached an invalid state" in lowered and (mixed := _mixed_line_ending(path)) is not None:
+        line, ending, other = mixed
+        return PlannerError(f"{path.name}: line {line:,} ends in {other} where the lines before it end in {ending}; "
+                            "expected one line ending throughout (convert the file, e.g. with dos2unix)")
     return PlannerError(f"{path.name}: cannot read it as {fmt} ({detail}); expected a well-formed {fmt} file "
                         "(use --format to pick another reader)")
+
+
+def _mixed_line_ending(path: Path, chunk_bytes: int = 1 << 22) -> tuple[int, str, str] | None:
+    """``(line, ending, other)``: the first line (from 1) that ends in ``other`` where the lines before it end in
+    ``ending`` (CRLF or LF); None where every line ends alike, or for a compressed file (its reader names its own
+    trouble). Read only on a failed read: DuckDB's reader gives a mixed file no error of its own."""
+    if path.suffix in (".gz", ".zst", ".zstd"):
+        return None
+    first, lines, tail = None, 0, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            data = tail + chunk
+            cut = data.rfind(b"\n") + 1             # whole lines only; the rest waits for the next chunk
+            whole, tail = data[:cut], data[cut:]
+            crlf, ends = whole.count(b"\r\n"), whole.count(b"\n")
+            if first is None and ends:
+                first = whole.find(b"\r\n") == whole.find(b"\n") - 1
+            if ends and crlf != (ends if first else 0):     # the change is in this chunk: find its line
+                for i, text in enumerate(whole.split(b"\n")[:-1]):
+                    if text.endswith(b"\r") != first:
+                        return lines + i + 1, *(("CRLF", "LF") if first else ("LF", "CRLF"))
+            lines += ends
+    return None
 
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
