@@ -98,7 +98,10 @@ def test_an_existing_file_is_itself_even_with_glob_characters_in_its_name(con, t
     ("empty_dir", "no trace files in it"),
     ("fifo", "not a regular file"),
     ("mixed", "same format and compression"),
-    ("columns", "the files differ in their columns"),
+    ("columns", "b.csv adds prompt, time; lacks input_tokens, timestamp against a.csv's columns; expected every "
+                "file of one trace to have the same columns"),
+    # DuckDB's reader had dropped the second file's extra column without a word
+    ("extra", "b.csv adds model against a.csv's columns"),
 ])
 def test_what_cannot_be_one_trace_is_refused_by_name_and_stores_nothing(con, tmp_path, setup, expected):
     target = tmp_path / "in"
@@ -113,6 +116,10 @@ def test_what_cannot_be_one_trace_is_refused_by_name_and_stores_nothing(con, tmp
         target.mkdir()
         write(target / "a.csv", HEADER + "0,1,1\n")
         write(target / "b.jsonl", json.dumps({"timestamp": 1, "input_tokens": 2, "output_tokens": 3}) + "\n")
+    elif setup == "extra":
+        target.mkdir()
+        write(target / "a.csv", HEADER + "0,1,1\n")
+        write(target / "b.csv", "timestamp,input_tokens,output_tokens,model\n1,1,1,x\n")
     else:
         target.mkdir()
         write(target / "a.csv", HEADER + "0,1,1\n")
@@ -156,3 +163,19 @@ def test_a_bad_value_in_a_parquet_part_names_its_part_and_row(con, tmp_path):
     [(row, raw, reason)] = store.rejects_of(con, result.trace_id)
     assert row == 7 and reason.startswith("b.parquet row 3: input_tokens (column 'input_tokens'): -7 is negative")
     assert "file" not in con.sql(f"SELECT * FROM {store.requests_data_table(result.trace_id)} LIMIT 0").columns
+
+
+def test_files_whose_relative_times_start_alike_are_said_to_overlay(con, tmp_path):
+    # two parts each counting seconds from 0: read as one clock their requests interleave, at twice the rate
+    (tmp_path / "rel").mkdir()
+    for name in ("part0.csv", "part1.csv"):
+        write(tmp_path / "rel" / name, "arrival_s,input_tokens,output_tokens\n"
+              + "".join(f"{i},100,5\n" for i in range(50)))
+    result = ingest_file(con, tmp_path / "rel")
+    assert any(n.startswith("2 files count their times from the same start (part0.csv, part1.csv)")
+               for n in result.notes)
+    # one following the other is a stretch of time after it: nothing to say
+    write(tmp_path / "rel" / "part1.csv", "arrival_s,input_tokens,output_tokens\n"
+          + "".join(f"{60 + i},100,5\n" for i in range(50)))
+    later = ingest_file(con, tmp_path / "rel")
+    assert not any("same start" in n for n in later.notes)

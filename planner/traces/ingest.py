@@ -196,6 +196,8 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                 f"FROM {data} WHERE reject IS NULL")
             if rejected:
                 notes.append(f"{rejected} rows rejected; see the rejects (row number, raw text, reason)")
+            if has_time and not time_kind.is_wall_clock and plan.file_column:
+                notes.extend(_overlaid_files(cur, data, spans.names, float(t0)))
             trace_name = store.unique_name(cur, name or _stem(source_file or _set_name(fileset)), notes)
             if spans:
                 notes.append(f"read from {len(fileset.paths):,} files ({fileset.kind} {fileset.spec}); rows are "
@@ -235,6 +237,19 @@ def ingest_file(con: duckdb.DuckDBPyConnection, path: str | Path, *, name: str |
                         pass        # temporary tables: they go with the connection anyway
         report(1.0, "stored")
         return result_from_trace(store.get_trace(con, trace_id), None)
+
+
+def _overlaid_files(cur, data: str, names: list[str], first_s: float) -> list[str]:
+    """A note where several files' relative times each start at the trace's first (within a second): read as one
+    clock their requests overlay, where the files may be stretches of time one after another."""
+    starts = cur.execute(f"SELECT file, min(arrival_abs) FROM {data} WHERE reject IS NULL GROUP BY file "
+                         "ORDER BY file").fetchall()
+    together = [names[f] for f, start in starts if start - first_s <= 1.0]
+    if len(together) < 2:
+        return []
+    return [f"{len(together)} files count their times from the same start ({', '.join(together[:3])}"
+            f"{', …' if len(together) > 3 else ''}): read as one clock, their requests overlay; where each is a "
+            "later stretch of time, ingest them as traces of their own"]
 
 
 def _trace_id(cur: duckdb.DuckDBPyConnection, sha256: str, read: tuple[dict, dict, dict | None], reading: str,

@@ -273,9 +273,17 @@ def _first_line_is_header(head_text: str, delim: str) -> bool:
 def _header_columns(head: bytes, dialect: Dialect) -> str:
     """A ``columns`` struct of VARCHAR columns named by the header line (``column0``… without a header), for a
     reader that cannot sniff the file."""
+    return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in _header_names(head, dialect)) + "}"
+
+
+def _header_names(head: bytes, dialect: Dialect) -> list[str]:
+    """The columns a file's first line names (``column0``… without a header)."""
     import csv
 
-    line = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()[0]
+    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
+    if not lines:
+        return []
+    line = lines[0]
     cells = next(csv.reader([line], delimiter=dialect.delimiter, quotechar=dialect.quote))
     # named as DuckDB's own reader names them: an empty name by its position, a repeated one with a suffix
     names: list[str] = []
@@ -286,7 +294,21 @@ def _header_columns(head: bytes, dialect: Dialect) -> str:
             k += 1
             name = f"{base}_{k}"
         names.append(name)
-    return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in names) + "}"
+    return names
+
+
+def _same_columns(paths: Sequence[Path], head: bytes, dialect: Dialect) -> None:
+    """Refuse files of one trace whose headers name other columns: DuckDB's reader takes the first file's and
+    drops another's extra column without a word (their order may differ: columns are read by name)."""
+    want = set(_header_names(head, dialect))
+    for other in paths[1:]:
+        got = set(_header_names(read_head(other)[1], dialect))
+        if got != want:
+            extra, missing = sorted(got - want), sorted(want - got)
+            differs = "; ".join(part for part in (f"adds {', '.join(extra)}" if extra else "",
+                                                  f"lacks {', '.join(missing)}" if missing else "") if part)
+            raise PlannerError(f"{other.name} {differs} against {paths[0].name}'s columns; expected every file of "
+                               "one trace to have the same columns (ingest the others as traces of their own)")
 
 
 def path_sql(path: Path) -> str:
@@ -354,6 +376,8 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
                          f"header {'yes' if dialect.header else 'no'}")
         if dialect.delimiter == "\t":
             fmt = "tsv"
+        if many and dialect.header:
+            _same_columns(paths, head, dialect)
         rejects = f"{rejects_name}_rejects"
         peek = (f"read_csv({p}, all_varchar=true, header={str(dialect.header).lower()}, "
                 f"delim={sql_str(dialect.delimiter)}, quote={sql_str(dialect.quote)}, "
