@@ -385,3 +385,12 @@ def test_a_file_of_two_line_endings_is_refused_naming_the_line(con, tmp_path, ch
                                            r"CRLF; expected one line ending throughout"):
         ingest_file(con, path)
     assert store.list_traces(con) == []          # nothing half-written
+
+
+def test_datetimes_written_otherwise_than_the_first_are_read_alike(con, tmp_path):
+    # the first row's layout is read by a strict format, the rest by the cast: both read the same instants
+    path = write(tmp_path / "forms.csv", "timestamp,input_tokens,output_tokens\n2024-01-01 00:00:00.5,1,1\n"
+                 "2024-01-01 00:00:01,1,1\n2024-01-01T00:00:02.25,1,1\n2024-01-01 0:00:03.000001,1,1\n")
+    result = ingest_file(con, path)
+    assert (result.rows, result.rejected) == (4, 0)
+    assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == [0.0, 0.5, 1.75, 2.500001]
