@@ -393,4 +393,5 @@ def test_datetimes_written_otherwise_than_the_first_are_read_alike(con, tmp_path
                  "2024-01-01 00:00:01,1,1\n2024-01-01T00:00:02.25,1,1\n2024-01-01 0:00:03.000001,1,1\n")
     result = ingest_file(con, path)
     assert (result.rows, result.rejected) == (4, 0)
-    assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == [0.0, 0.5, 1.75, 2.500001]
+    assert [r[0] for r in canonical_rows(con, result.trace_id, "arrival")] == pytest.approx([0.0, 0.5, 1.75, 2.500001],
+                                                                                           abs=1e-6)
