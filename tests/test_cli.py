@@ -81,3 +81,24 @@ def test_missing_things_are_named(tmp_path, args, needle):
     proc = run_cli(*args, "--json", db=tmp_path / "s.duckdb", check=False)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error:") and needle in proc.stderr
+
+
+def test_a_reader_that_stops_reading_is_no_error(tmp_path):
+    # `planner rejects T | head -1`: the pipe closes under the rest of the output; that read what it wanted
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    db = tmp_path / "pipe.duckdb"
+    rows = "".join(f"{i},-1,5\n" for i in range(20_000)) + "1,100,5\n"
+    cli_json("ingest", str(write(tmp_path / "bad.csv", "timestamp,input_tokens,output_tokens\n" + rows)), db=db)
+    env = {**os.environ, "PLANNER_DB": str(db)}
+    env.pop("PLANNER_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "planner", "rejects", "bad"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"1\t")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and err == b""          # it had printed "error: BrokenPipeError: …"

@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader stopped reading (`rejects T | head`): what it read is what it wanted, nothing failed here;
+        # stdout goes to /dev/null so the exit's own flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 - the contract forbids tracebacks on the console
         if os.environ.get("PLANNER_DEBUG"):
             raise
