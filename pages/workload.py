@@ -46,8 +46,12 @@ if tab_lengths.open:
         detect = c3.toggle("Detect a cap", value=True, key="detect", **URL, disabled=cap > 0)
         try:
             x, w, fit = length_fit(info.trace_id, field, float(cap) if cap else None, detect)
-        except PlannerError as exc:      # one request, or every length alike: no family to fit
+        except PlannerError as exc:      # one request: no family to fit
             st.info(str(exc))
+            fit = None
+        if fit is not None and fit.point_mass:
+            st.info(f"{field}: every length below any cap is {fit.empirical_quantiles['p50']:,.0f}: nothing to fit; "
+                    "a replay of fitted lengths draws them as they are")
             fit = None
         if fit is not None:
             m = st.columns([1, 2, 1, 1])     # family names such as lognormal_pareto need the room

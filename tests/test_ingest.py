@@ -375,12 +375,12 @@ def test_a_file_of_two_line_endings_is_refused_naming_the_line(con, tmp_path, ch
     # 1,000 CRLF rows then LF ones: DuckDB's reader said only "The CSV Parser state machine reached an invalid state"
     from pathlib import Path
 
-    from planner.traces.sources import _mixed_line_ending
+    from planner.traces.csv_lines import mixed_line_ending
 
     body = "timestamp,input_tokens,output_tokens\r\n" + "".join(f"{i},100,5\r\n" for i in range(1000)) + \
         "".join(f"{1000 + i},100,5\n" for i in range(1000))
     path = write(tmp_path / "mixed.csv", body.encode())
-    assert _mixed_line_ending(Path(path), chunk_bytes) == (1002, "CRLF", "LF")
+    assert mixed_line_ending(Path(path), chunk_bytes) == (1002, "CRLF", "LF")
     with pytest.raises(PlannerError, match=r"^mixed.csv: line 1,002 ends in LF where the lines before it end in "
                                            r"CRLF; expected one line ending throughout"):
         ingest_file(con, path)

@@ -21,7 +21,8 @@ RATE_WIDTHS_S = (1.0, 10.0, 60.0)
 
 
 def _shown(fit: LengthFit, top: int) -> list[Candidate]:
-    return [c for c in fit.candidates if c.dist is not None][:top]
+    """The best fitted families (not the point mass of lengths all alike: no density to draw)."""
+    return [c for c in fit.candidates if c.dist is not None and c.family != "empirical"][:top]
 
 
 def _fitted(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:

@@ -15,7 +15,9 @@ from pathlib import Path
 import duckdb
 
 from planner.errors import PlannerError, first_line
+from planner.traces.csv_lines import header_names, mixed_line_ending
 from planner.traces.store import quote_ident
+from planner.traces.vllm_benchmark import vllm_benchmark_reader
 
 FORMATS = ("csv", "tsv", "jsonl", "json", "parquet")
 _DELIMITERS = (",", "\t", ";", "|")
@@ -166,35 +168,12 @@ def read_error(path: Path, fmt: str, exc: Exception) -> PlannerError:
     if "gzip" in lowered or "zstd" in lowered or "compress" in lowered:
         return PlannerError(f"{path.name}: the compressed data is truncated or corrupt ({detail}); expected a "
                             "complete .gz or .zst file")
-    if "state machine reached an invalid state" in lowered and (mixed := _mixed_line_ending(path)) is not None:
+    if "state machine reached an invalid state" in lowered and (mixed := mixed_line_ending(path)) is not None:
         line, ending, other = mixed
         return PlannerError(f"{path.name}: line {line:,} ends in {other} where the lines before it end in {ending}; "
                             "expected one line ending throughout (convert the file, e.g. with dos2unix)")
     return PlannerError(f"{path.name}: cannot read it as {fmt} ({detail}); expected a well-formed {fmt} file "
                         "(use --format to pick another reader)")
-
-
-def _mixed_line_ending(path: Path, chunk_bytes: int = 1 << 22) -> tuple[int, str, str] | None:
-    """``(line, ending, other)``: the first line (from 1) that ends in ``other`` where the lines before it end in
-    ``ending`` (CRLF or LF); None where every line ends alike, or for a compressed file (its reader names its own
-    trouble). Read only on a failed read: DuckDB's reader gives a mixed file no error of its own."""
-    if path.suffix in (".gz", ".zst", ".zstd"):
-        return None
-    first, lines, tail = None, 0, b""
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            data = tail + chunk
-            cut = data.rfind(b"\n") + 1             # whole lines only; the rest waits for the next chunk
-            whole, tail = data[:cut], data[cut:]
-            crlf, ends = whole.count(b"\r\n"), whole.count(b"\n")
-            if first is None and ends:
-                first = whole.find(b"\r\n") == whole.find(b"\n") - 1
-            if ends and crlf != (ends if first else 0):     # the change is in this chunk: find its line
-                for i, text in enumerate(whole.split(b"\n")[:-1]):
-                    if text.endswith(b"\r") != first:
-                        return lines + i + 1, *(("CRLF", "LF") if first else ("LF", "CRLF"))
-            lines += ends
-    return None
 
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -273,36 +252,15 @@ def _first_line_is_header(head_text: str, delim: str) -> bool:
 def _header_columns(head: bytes, dialect: Dialect) -> str:
     """A ``columns`` struct of VARCHAR columns named by the header line (``column0``… without a header), for a
     reader that cannot sniff the file."""
-    return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in _header_names(head, dialect)) + "}"
-
-
-def _header_names(head: bytes, dialect: Dialect) -> list[str]:
-    """The columns a file's first line names (``column0``… without a header)."""
-    import csv
-
-    lines = head.decode("utf-8", errors="replace").lstrip("\ufeff").splitlines()
-    if not lines:
-        return []
-    line = lines[0]
-    cells = next(csv.reader([line], delimiter=dialect.delimiter, quotechar=dialect.quote))
-    # named as DuckDB's own reader names them: an empty name by its position, a repeated one with a suffix
-    names: list[str] = []
-    for i, cell in enumerate(cells):
-        name = cell if dialect.header and cell else f"column{i}"
-        base, k = name, 0
-        while name in names:
-            k += 1
-            name = f"{base}_{k}"
-        names.append(name)
-    return names
+    return "{" + ", ".join(f"{sql_str(n)}: 'VARCHAR'" for n in header_names(head, dialect)) + "}"
 
 
 def _same_columns(paths: Sequence[Path], head: bytes, dialect: Dialect) -> None:
     """Refuse files of one trace whose headers name other columns: DuckDB's reader takes the first file's and
     drops another's extra column without a word (their order may differ: columns are read by name)."""
-    want = set(_header_names(head, dialect))
+    want = set(header_names(head, dialect))
     for other in paths[1:]:
-        got = set(_header_names(read_head(other)[1], dialect))
+        got = set(header_names(read_head(other)[1], dialect))
         if got != want:
             extra, missing = sorted(got - want), sorted(want - got)
             differs = "; ".join(part for part in (f"adds {', '.join(extra)}" if extra else "",
@@ -408,36 +366,9 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
             if many:
                 raise PlannerError(f"{path.name} is a vLLM benchmark result: one run per file; expected it "
                                    "ingested on its own, not as part of a directory or glob")
-            reader, columns, note = _vllm_benchmark_reader(con, native, columns)
+            reader, columns, note = vllm_benchmark_reader(con, native, columns)
             return Source(path, fmt, compression, reader, columns, notes=(*notes, note), paths=many)
     # a reader of its own, built on this module's (imported here: it imports this module)
     from planner.traces.json_records import json_records
 
     return json_records(con, paths, fmt, compression, tuple(notes), rejects_name)
-
-
-def _vllm_benchmark_reader(con, reader: str, columns: dict[str, str]) -> tuple[str, dict[str, str], str]:
-    """Unnest a vLLM ``benchmark_serving`` result (one object of parallel lists) into one row per request."""
-    select = ["unnest(input_lens) AS input_lens", "unnest(output_lens) AS output_lens"]
-    if "ttfts" in columns:
-        select.append("unnest(ttfts) AS ttft_s")
-    if "itls" in columns:
-        # typed as numbers: a run whose every output is one token has only empty lists, which DuckDB types NULL[]
-        itls = "CAST(unnest(itls) AS DOUBLE[])"
-        select.append(f"list_avg({itls}) AS tpot_s")
-        if "ttfts" in columns:
-            select.append(f"unnest(ttfts) + coalesce(list_sum({itls}), 0) AS e2e_s")
-    if "errors" in columns:
-        select.append("nullif(unnest(errors), '') AS error")
-    rate = None
-    if "request_rate" in columns:
-        rate = con.sql(f"SELECT CAST(request_rate AS VARCHAR) FROM {reader}").fetchall()[0][0]
-    if rate is not None and str(rate).lower() in ("inf", "infinity"):
-        select.append("0.0 AS arrival_s")
-        note = "vLLM benchmark with request_rate inf: every request arrives at time 0"
-    else:
-        note = (f"vLLM benchmark with request_rate {rate}: the result holds no send times, so the trace has "
-                "no arrival times")
-    unnested = f"(SELECT {', '.join(select)} FROM {reader})"
-    cols = {s.rsplit(" AS ", 1)[1]: quote_ident(s.rsplit(" AS ", 1)[1]) for s in select}
-    return unnested, cols, note

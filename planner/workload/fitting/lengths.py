@@ -67,6 +67,11 @@ class LengthFit:
     def best(self) -> str:
         return self.candidates[0].family
 
+    @property
+    def point_mass(self) -> bool:
+        """No family was fitted, for the lengths take one value (below any cap): they are drawn as they are."""
+        return self.candidates[0].family == "empirical" and self.candidates[0].dist is not None
+
     def ranking_rows(self) -> list[dict]:
         """The ranking table: one row per candidate with ΔAIC from the best, KS and fitted quantiles."""
         best_aic = min((c.aic for c in self.candidates if c.aic is not None), default=None)
