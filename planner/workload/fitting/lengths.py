@@ -306,6 +306,9 @@ def fit_lengths(x: np.ndarray, w: np.ndarray | None = None, *, cap: float | None
         drawn = np.bincount(rng.choice(len(fx), size=SUBSAMPLE, p=fw / fw.sum()), minlength=len(fx))
         scale = fw.sum() / SUBSAMPLE
         fx, fw = fx[drawn > 0], drawn[drawn > 0].astype(float)
+    if len(fx) < 2 and (clock_s is not None or floor is not None):
+        # gaps of one tick: nothing a gap family can learn (the arrivals' counts are judged instead)
+        raise ValueError("need at least two distinct uncensored values to fit a distribution")
     if len(fx) < 2:
         # one distinct value (a benchmark's fixed lengths), or none below a cap: no family has a shape to fit, and
         # the lengths are the point masses they are, drawn as such (refused, they had stopped `simulate --fitted`)
