@@ -21,7 +21,8 @@ def search_controls():
     slo_text = c[0].text_input("SLO classes", "ttft:ttft_p99<200; tpot:tpot_p99<50", key="slos", **SHARED,
                                help="Separated by ';': NAME:METRIC<VALUE (METRIC ttft_pNN, tpot_pNN or e2e_pNN, in "
                                     "ms), or an attainment share such as chat:ttft<200,tpot<50@90% (90% of "
-                                    "requests meet both); a throughput class (no latency bound) is added unless one is given")
+                                    "requests meet both); a throughput class (no latency bound) is added unless "
+                                    "one is given")
     headroom = c[1].number_input("Headroom ×", 1.0, 5.0, 1.0, 0.1, key="headroom", **SHARED,
                                  help="size the fleet for the trace at its own rate times this")
     c = st.columns(4)

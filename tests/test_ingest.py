@@ -364,7 +364,8 @@ def test_units_read_from_the_values_alone_are_said_and_checked_against_the_token
     # relative times carry no clock: their unit is a guess, said
     rel = ingest_file(con, write(tmp_path / "rel.csv", "ts,input_tokens,output_tokens\n"
                                  + "".join(f"{i * 200},100,5\n" for i in range(50))))
-    assert rel.time_kind == "relative_s" and any(n.startswith("arrival (column 'ts') read as seconds") for n in rel.notes)
+    assert rel.time_kind == "relative_s"
+    assert any(n.startswith("arrival (column 'ts') read as seconds") for n in rel.notes)
     # a changed file ingested again under its default name is stored apart: said, though no --name was given
     again = ingest_file(con, write(tmp_path / "lat.csv", "input_tokens,output_tokens,latency\n" + rows + "1,1,1\n"))
     assert again.name == "lat-2" and "named lat-2: a trace named lat is stored already" in again.notes

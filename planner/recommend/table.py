@@ -35,8 +35,8 @@ def class_table(recommendation: Recommendation) -> Table:
     rows = []
     for r in recommendation.classes:
         predicted = r.predicted or {}
-        rows.append([r.name, slo_text(r.slo), achieved_text(r.achieved), r.feasible, r.config["max_num_seqs"], r.config["max_num_batched_tokens"],
-                     r.config["preemption_mode"], r.tp, r.max_new_tokens,
+        rows.append([r.name, slo_text(r.slo), achieved_text(r.achieved), r.feasible, r.config["max_num_seqs"],
+                     r.config["max_num_batched_tokens"], r.config["preemption_mode"], r.tp, r.max_new_tokens,
                      (predicted.get("ttft_ms") or {}).get("p99"), (predicted.get("tpot_ms") or {}).get("p99"),
                      r.queue_ms["p99"] if r.feasible else None, r.verdict if r.feasible else None,
                      r.throughput_tok_s, r.max_qps_per_replica if r.feasible else None, r.router, r.replicas_for_peak,
