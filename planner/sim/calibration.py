@@ -120,9 +120,8 @@ def _batches(frame: pl.DataFrame) -> list[tuple[list[tuple[int, int]], list[tupl
 
 
 def _aggregates(scenario: Scenario, frame: pl.DataFrame) -> list[tuple[float, ...]]:
-    c = scenario.coefficients       # its sliding window, which no cost parameter moves
-    return [batch_aggregates(prefills, decodes, int(c.window_tokens), c.window_share)
-            for prefills, decodes in _batches(frame)]
+    window = scenario.coefficients.window       # no cost parameter moves it
+    return [batch_aggregates(prefills, decodes, *window) for prefills, decodes in _batches(frame)]
 
 
 def predict_points(scenario: Scenario, frame: pl.DataFrame) -> np.ndarray:

@@ -230,6 +230,11 @@ class StepCoefficients:
     def as_tuple(self) -> tuple:
         return tuple(getattr(self, f.name) for f in fields(self))
 
+    @property
+    def window(self) -> tuple[int, float]:
+        """``(window, window_share)`` as :func:`planner.sim.step_spec.batch_aggregates` takes them."""
+        return int(self.window_tokens), self.window_share
+
 
 _FIELDS = [f.name for f in fields(StepCoefficients)]        # places in as_tuple() the compiled loops read by name
 _ROOFLINE_P, WINDOW_TOKENS, WINDOW_SHARE = (_FIELDS.index(n) for n in ("roofline_p", "window_tokens", "window_share"))
@@ -296,8 +301,7 @@ def prefill_seconds(scenario: Scenario, tokens) -> np.ndarray:
     """Seconds of one step that prefills a prompt of each length in ``tokens`` from scratch (no other sequence in
     the batch): what a recomputed preemption costs."""
     c = scenario.coefficients
-    return np.array([step_seconds.py_func(c.as_tuple(), *batch_aggregates([(n, 0)], [], int(c.window_tokens),
-                                                                          c.window_share))[0]
+    return np.array([step_seconds.py_func(c.as_tuple(), *batch_aggregates([(n, 0)], [], *c.window))[0]
                      for n in np.asarray(tokens, dtype=np.int64).tolist()])
 
 
@@ -385,7 +389,7 @@ def predict_step(scenario: Scenario, prefills: list[tuple[int, int]], decodes: l
     """
     check_step(scenario, prefills, decodes)
     c = scenario.coefficients
-    agg = batch_aggregates(prefills, decodes, int(c.window_tokens), c.window_share)
+    agg = batch_aggregates(prefills, decodes, *c.window)
     seconds, bound = step_seconds(c.as_tuple(), *agg)
     linear, weights, attention, kv, overhead = step_parts.py_func(c.as_tuple(), *agg)
     compute, memory = linear + attention, weights + kv
