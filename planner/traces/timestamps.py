@@ -208,13 +208,13 @@ def arrival_sql(value_sql: str, kind: TimeKind, text: bool = True) -> str:
     if kind.kind == "datetime":
         if kind.zoned or not text:         # a typed timestamp column holds what it holds
             return f"TRY_CAST({value_sql} AS {'TIMESTAMPTZ' if kind.zoned else 'TIMESTAMP'})"
-        if kind.twelve_hour:
-            return _twelve_hour_sql(value_sql)
-        bare = value_sql
-        if kind.dropped_tail:       # the cast reads the clock time before it, as a value without it
-            tail = sql_str(r"\s*" + re.escape(kind.dropped_tail) + r"\s*$")
-            bare = f"regexp_replace({value_sql}, {tail}, '')"
+        # AM/PM or the one abbreviation every value ends in is taken off; the cast reads the clock time before it
+        tail = (r"\s*[AaPp][Mm]\s*$" if kind.twelve_hour else
+                r"\s*" + re.escape(kind.dropped_tail) + r"\s*$" if kind.dropped_tail else "")
+        bare = f"regexp_replace({value_sql}, {sql_str(tail)}, '')" if tail else value_sql
         strict = f"CASE WHEN NOT regexp_matches({bare}, {_SUFFIX_SQL}) THEN TRY_CAST({bare} AS TIMESTAMP) END"
+        if kind.twelve_hour:
+            return _on_24_hour_clock(value_sql, strict)
         # the values written as the sample's first are read by its format, a strict parse as fast as the cast;
         # the suffix test (3x the cast's time) reads only the rest
         return f"coalesce(TRY_STRPTIME({value_sql}, {sql_str(kind.strptime)}), {strict})" if kind.strptime else strict
@@ -224,14 +224,11 @@ def arrival_sql(value_sql: str, kind: TimeKind, text: bool = True) -> str:
     return f"(TRY_CAST({value_sql} AS DOUBLE){scale})"
 
 
-def _twelve_hour_sql(value_sql: str) -> str:
-    """A datetime ending in AM or PM: its clock hour 1-12 read on the 24-hour clock (12 AM is 0:00, 1 PM 13:00);
-    NULL for an hour 0 or above 12, or a value with another suffix."""
-    clock = f"TRY_CAST(regexp_replace({value_sql}, '\\s*[AaPp][Mm]\\s*$', '') AS TIMESTAMP)"
+def _on_24_hour_clock(value_sql: str, clock: str) -> str:
+    """A datetime ending in AM or PM, its clock time read by ``clock`` without it: the hour 1-12 on the 24-hour
+    clock (12 AM is 0:00, 1 PM 13:00); NULL for an hour 0 or above 12, or a value without AM or PM."""
     half = f"upper(regexp_extract({value_sql}, '([AaPp])[Mm]\\s*$', 1))"
-    return (f"CASE WHEN regexp_matches(regexp_replace({value_sql}, '\\s*[AaPp][Mm]\\s*$', ''), {_SUFFIX_SQL}) "
-            f"OR hour({clock}) NOT BETWEEN 1 AND 12 THEN NULL "
-            f"WHEN {half} = '' THEN NULL "
+    return (f"CASE WHEN {half} = '' OR hour({clock}) NOT BETWEEN 1 AND 12 THEN NULL "
             f"ELSE {clock} + to_hours(CASE WHEN {half} = 'P' THEN 12 ELSE 0 END "
             f"- CASE WHEN hour({clock}) = 12 THEN 12 ELSE 0 END) END")
 
