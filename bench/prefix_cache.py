@@ -26,11 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.catalog.gpus import get_gpu  # noqa: E402
 from planner.catalog.presets import get_model  # noqa: E402
+from planner.limits import MOONCAKE_BLOCK_TOKENS  # noqa: E402
 from planner.scenario import Scenario  # noqa: E402
 from planner.sim.engines import ENGINES  # noqa: E402
 from planner.sim.engines.base import FleetSpec  # noqa: E402
 from planner.sim.fleet import Fleet  # noqa: E402
-from planner.sim.prefix import MOONCAKE_BLOCK_TOKENS  # noqa: E402
 from planner.sim.reference import run_reference  # noqa: E402
 from planner.sim.results import summarize  # noqa: E402
 from planner.sim.run import simulate  # noqa: E402

@@ -6,7 +6,8 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 JIT_SOURCES = ("sim/cost_model.py", "sim/kernel.py", "sim/engines/vllm_v0.py", "sim/engines/static.py",
-               "sim/routers/base.py", "sim/kv_pool.py", "sim/prefix.py", "sim/decode_runs.py", "sim/step_spec.py",
+               "sim/routers/base.py", "sim/routers/rule.py",
+               "sim/kv_pool.py", "sim/prefix.py", "sim/decode_runs.py", "sim/step_spec.py",
                "limits.py", "workload/reuse.py")
 
 

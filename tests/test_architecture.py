@@ -46,3 +46,14 @@ def test_the_scenario_is_built_in_one_place_per_shell():
     builders = {p.relative_to(ROOT).as_posix() for p in modules
                 if "Scenario(" in p.read_text().replace("class Scenario(", "")}
     assert builders == {"planner/cli/scenario_args.py", "pages/_scenario.py"}
+
+
+def test_the_cli_and_ingest_start_without_the_compiler():
+    """numba takes 0.3 s to import; the parser and an ingest need none of it, only a simulation does."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import planner.cli.main, planner.traces.ingest, planner.sim.routers; "
+            "print(sorted(m for m in ('numba', 'planner.sim.kernel', 'planner.sim.prefix') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

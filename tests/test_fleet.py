@@ -138,7 +138,8 @@ def test_prefix_aware_keeps_sessions_home_until_their_replica_is_much_busier():
 
 
 def test_prefix_aware_weighs_the_prefix_a_replica_holds_against_its_queue_as_llm_d_does():
-    from planner.sim.routers.base import PREFIX_AWARE, prefix_scored, route
+    from planner.sim.routers.base import PREFIX_AWARE
+    from planner.sim.routers.rule import prefix_scored, route
 
     # request 2 extends request 1 (900 of its 1,000 prompt tokens; replica 0), which shares 100 with request 0
     # (replica 1). Replica 0 has 3 waiting, replica 1 none, both pools empty: 3·0.9 + 2·0 + 2 = 4.7 against

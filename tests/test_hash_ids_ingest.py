@@ -4,7 +4,7 @@ import json
 
 from helpers import canonical_rows, write
 
-from planner.sim.prefix import MOONCAKE_BLOCK_TOKENS
+from planner.limits import MOONCAKE_BLOCK_TOKENS
 from planner.traces import store
 from planner.traces.ingest import ingest_file
 from planner.traces.layouts import detect_mapping

@@ -12,9 +12,9 @@ from planner.cli.output import progress_printer as _progress_printer
 from planner.cli.scenario_args import add_scenario_arguments, scenario_from_args
 from planner.cli.values import FINITE, POSITIVE_MS, SCENARIO_INT, whole
 from planner.errors import PlannerError
+from planner.limits import MAX_REQUESTS
 from planner.output_files import writable_path
 from planner.sim.routers import ROUTERS
-from planner.sim.workload import MAX_REQUESTS
 from planner.traces import store
 
 

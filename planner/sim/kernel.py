@@ -18,7 +18,8 @@ import numpy as np
 from planner.sim.cost_model import WINDOW_SHARE, WINDOW_TOKENS, step_seconds
 from planner.sim.decode_runs import decode_run
 from planner.sim.kv_pool import allocate, longest_hit, new_pool, publish, release, revive
-from planner.sim.routers.base import ROUND_ROBIN, route
+from planner.sim.routers.base import ROUND_ROBIN
+from planner.sim.routers.rule import route
 from planner.sim.step_spec import tally, windowed
 
 LAZY, RESERVE_MAX, RESERVE_CHUNKED = 0, 1, 2   # vLLM; Orca/TRT-LLM (prompt + max_new); TGI (+ min(max_new, 1024) - 1)

@@ -29,10 +29,8 @@ import numba
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.limits import MOONCAKE_BLOCK_TOKENS
 
-# Tokens per prefix block id: a request's hash_ids hold ceil(input_tokens / 512) ids. Mooncake
-# (kvcache-ai/Mooncake, FAST25-release/README.md): "The block size is 512 tokens".
-MOONCAKE_BLOCK_TOKENS = 512
 # which requests carry a declared prefix: a fixed shuffle, so the same flags give the same replay
 DECLARED_SEED = 0
 SOURCES = {"hash_ids": "hash_ids stored with each request (Mooncake: one id per 512-token prefix block)",

@@ -9,12 +9,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.limits import MAX_COUNT
+from planner.limits import MAX_COUNT, MAX_REQUESTS
 from planner.sim.prefix import PrefixIdentity, declared, from_hash_ids, from_sessions, parse_shared_prefix
 
-# requests a synthetic spec may hold in memory at once; its lengths stop at MAX_COUNT, far past any model's context
-# (a longer prompt is rejected by the engine like any too long for max_model_len)
-MAX_REQUESTS = 10**7
 # request rates (and rate factors) a replay takes: one request a million seconds apart to a million a second;
 # past either end the simulated clock runs to 1e300 s, or every request arrives within one step anyway
 RATE_RANGE = (1e-6, 1e6)

@@ -3,7 +3,7 @@ tests a row and words its reason."""
 
 from __future__ import annotations
 
-from planner.sim.prefix import MOONCAKE_BLOCK_TOKENS
+from planner.limits import MOONCAKE_BLOCK_TOKENS
 from planner.traces.layouts import Mapping
 from planner.traces.sources import Source, sql_str
 

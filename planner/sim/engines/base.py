@@ -72,7 +72,7 @@ class FleetSpec:
         block keys at the settings' block size, and the pool's per-key arrays). A prefix-aware router reads one
         replica's KV pool in tokens (a replica's KV usage) and scores replicas by the prefixes they hold, up each
         request's lineage in the identity: its parent, the tokens they share and its prompt
-        (:func:`planner.sim.routers.base.prefix_scored`)."""
+        (:func:`planner.sim.routers.rule.prefix_scored`)."""
         empty = np.empty(0, np.int64)
         lineage = np.zeros((prompt.shape[0], 3), np.int64)
         lineage[:, 0], lineage[:, 2] = -1, prompt           # the router follows real, earlier parents only

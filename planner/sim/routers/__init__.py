@@ -1,5 +1,5 @@
 """Router registry: how a fleet's arrivals are spread over its replicas, one module per policy. The decisions
-themselves run inside the compiled fleet loop (:func:`planner.sim.kernel.route`); a module names a policy, its
+themselves run inside the compiled fleet loop (:func:`planner.sim.routers.rule.route`); a module names a policy, its
 code there and what it does."""
 
 from planner.errors import PlannerError

@@ -1,7 +1,7 @@
 """Prefix-aware: llm-d's default profile, its prefix, queue and KV-utilization scorers weighed 3, 2 and 2.
 
 A replica scores the share of the request's prompt it holds (the longest prefix it shares with a request routed
-there recently: :func:`planner.sim.routers.base.prefix_scored`), its queue (min-max inverted) and its free KV; the
+there recently: :func:`planner.sim.routers.rule.prefix_scored`), its queue (min-max inverted) and its free KV; the
 highest sum wins (reference/prefix-cache-and-routing.md §3). A prefix every replica holds (a system prompt) scores
 alike everywhere and load decides; a conversation's earlier turns keep it home until the queues differ widely.
 Following only the last request holding a prefix had chained every request sharing a system prompt onto one
