@@ -112,7 +112,8 @@ def scenario() -> Scenario:
         engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **SHARED,
                                 help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
         chunked = c[1].toggle("Chunked prefill", True, key="chunked", **SHARED)
-        auto = defaults(model, gpu, max_len, chunked)
+        # each limit's default follows the other's given value (a budget of 512 serves 512 sequences)
+        auto = defaults(model, gpu, max_len, chunked, st.session_state.get("seqs"), st.session_state.get("batched"))
         seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **SHARED,
                                  placeholder=f"auto: {auto['max_num_seqs']:,}", help="Empty: vllm serve's default here")
         batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **SHARED,

@@ -199,11 +199,11 @@ class Scenario:
 
     def _resolve_limits(self) -> None:
         set_ = object.__setattr__
-        auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill)
-        seqs = integer("max_num_seqs", self.max_num_seqs if self.max_num_seqs is not None else auto["max_num_seqs"],
-                        low=1)
-        batched = integer("max_num_batched_tokens", self.max_num_batched_tokens
-                           if self.max_num_batched_tokens is not None else auto["max_num_batched_tokens"], low=1)
+        given_seqs, given_batched = (None if v is None else integer(name, v, low=1) for name, v in
+                                     (("max_num_seqs", self.max_num_seqs),
+                                      ("max_num_batched_tokens", self.max_num_batched_tokens)))
+        auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill, given_seqs, given_batched)
+        seqs, batched = given_seqs or auto["max_num_seqs"], given_batched or auto["max_num_batched_tokens"]
         if batched < seqs:      # named by the flag given: the other may be a default
             given = f"--max-num-batched-tokens {batched}" if self.max_num_batched_tokens else f"--max-num-seqs {seqs}"
             raise PlannerError(f"{given}: expected --max-num-batched-tokens ({batched}) at least --max-num-seqs "
@@ -330,15 +330,22 @@ class Scenario:
         return hashlib.sha256(repr((self.model, self.gpu, self.to_dict())).encode()).hexdigest()
 
 
-def defaults(model: ModelSpec, gpu: GPU, max_model_len: int | None = None,
-             chunked_prefill: bool = True) -> dict:
+def defaults(model: ModelSpec, gpu: GPU, max_model_len: int | None = None, chunked_prefill: bool = True,
+             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> dict:
     """What a scenario takes for the fields it is not given, and what the pages show as "auto": the model's dtype
     and ``max_position_embeddings``, ``vllm serve``'s ``max_num_seqs`` and ``max_num_batched_tokens`` for the GPU
-    (without chunked prefill the budget is raised to hold a whole ``max_model_len`` prompt)."""
+    as its engine arguments settle them beside the limits given (``EngineArgs.
+    _set_default_max_num_seqs_and_batched_tokens_args``, v0.11+): without chunked prefill the default budget is
+    raised to hold a whole ``max_model_len`` prompt; it is then cut to what ``max_num_seqs`` such prompts hold,
+    and a default ``max_num_seqs`` to the budget (``--max-num-batched-tokens 512`` serves 512 sequences)."""
     max_len = max_model_len or model.max_position
     batched = default_batched_tokens(gpu)
-    return {"weight_dtype": model.weight_dtype, "max_model_len": max_len, "max_num_seqs": default_max_num_seqs(gpu),
-            "max_num_batched_tokens": batched if chunked_prefill else max(batched, max_len)}
+    if not chunked_prefill:
+        batched = max(batched, max_len)
+    batched = min(batched, (max_num_seqs or default_max_num_seqs(gpu)) * max_len)
+    seqs = min(default_max_num_seqs(gpu), max_num_batched_tokens or batched)
+    return {"weight_dtype": model.weight_dtype, "max_model_len": max_len, "max_num_seqs": seqs,
+            "max_num_batched_tokens": batched}
 
 
 def tp_refusal(model: ModelSpec, tp: int, weight_dtype: str) -> str | None:

@@ -16,7 +16,7 @@ from planner.catalog.presets import get_model
 from planner.cli.main import build_parser
 from planner.cli.scenario_args import scenario_from_args
 from planner.errors import PlannerError
-from planner.scenario import FLAGS, Scenario, tp_degrees
+from planner.scenario import FLAGS, Scenario, defaults, tp_degrees
 from planner.sim.cost_model import CostParams
 from planner.sim.engines.base import vllm_scenario_flags
 
@@ -71,6 +71,25 @@ def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
     with pytest.raises(PlannerError) as info:
         Scenario(LLAMA8, A100, **fields)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("gpu, fields, limits", [
+    ("a100-80gb-sxm", {"max_num_batched_tokens": 128}, (128, 128)),         # the default 256 sequences cut to 128
+    ("h100-sxm", {"max_num_batched_tokens": 512}, (512, 512)),              # 1,024 cut to 512
+    ("h100-sxm", {"max_num_seqs": 1, "max_model_len": 4096}, (1, 4096)),    # the default 8,192 budget cut to 4,096
+    ("h100-sxm", {"max_num_seqs": 2, "max_model_len": 4096}, (2, 8192)),
+    ("a100-80gb-sxm", {"chunked_prefill": False}, (256, 8192)),             # raised to a whole 8,192-token prompt
+    ("h100-sxm", {}, (1024, 8192)),
+])
+def test_limits_settle_as_vllm_engine_arguments_settle_them(gpu, fields, limits):
+    """vLLM's EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: a default budget is cut to
+    max_num_seqs × max_model_len, then a default max_num_seqs to the budget; the pages' "auto" says the same."""
+    scenario = Scenario(LLAMA8, get_gpu(gpu), **fields)
+    assert (scenario.max_num_seqs, scenario.max_num_batched_tokens) == limits
+    auto = defaults(LLAMA8, get_gpu(gpu), fields.get("max_model_len"), fields.get("chunked_prefill", True),
+                    fields.get("max_num_seqs"), fields.get("max_num_batched_tokens"))
+    assert (fields.get("max_num_seqs") or auto["max_num_seqs"],
+            fields.get("max_num_batched_tokens") or auto["max_num_batched_tokens"]) == limits
 
 
 def test_what_a_release_refuses_its_successors_take():
