@@ -1,6 +1,7 @@
 """`python -m planner memory` as CONTRACT.md writes it, and the Memory & capacity page."""
 
 import json
+import re
 
 import pytest
 from helpers import app_page, cli_json, run_cli
@@ -82,6 +83,18 @@ def test_memory_with_a_trace_and_a_fit_request(tmp_path):
     assert 0 < obj["padding"][5]["mean"] < 1
 
 
+def test_memory_text_says_the_fit_and_its_overheads_add_up(tmp_path):
+    """The text output carries the --fit answer the JSON has, and a "no room" reason's sum exceeds what it says it
+    exceeds (its overheads had left out the CUDA graphs the pool subtracts: 65.7 + 4.2 GiB "exceeded" 71.3)."""
+    out = run_cli("memory", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--fit", "32x4096",
+                  db=tmp_path / "m.duckdb").stdout
+    assert "--fit 32x4096: TP 4 holds them (4 GPUs)" in out
+    sums = re.findall(r"TP (\d+): weights ([\d.]+) GiB per GPU plus overheads ([\d.]+) GiB exceed the ([\d.]+) GiB", out)
+    assert [tp for tp, *_ in sums] == ["1", "2"]
+    for _, weights, overheads, allowed in sums:
+        assert float(weights) + float(overheads) > float(allowed)
+
+
 def test_memory_page(tmp_path, monkeypatch):
     at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, model="llama-3-70b", tp="4",
                   max_len="8192")
@@ -119,3 +132,16 @@ def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, monkeypatch, flags, 
                   **({"util": "0.75"} if "0.75" in flags else {}))
     assert not at.exception and problem in [w.value for w in at.warning]
     assert run_cli("memory", "--model", "llama-3-8b", "--gpu", "l4", "--json", db=tmp_path / "m.duckdb").stderr == ""
+
+
+def test_no_room_suggests_fp8_only_to_a_model_not_already_in_it():
+    """DeepSeek-V3 ships in FP8: "use --weight-dtype fp8" was offered to it all the same."""
+    from planner.capacity.memory import startup_problems
+    from planner.catalog.gpus import get_gpu
+    from planner.catalog.presets import get_model
+    from planner.scenario import Scenario
+
+    fp8 = startup_problems(Scenario(get_model("deepseek-v3"), get_gpu("a100-80gb-sxm"), tp=8))
+    assert len(fp8) == 1 and fp8[0].endswith("raise --tp or --gpu-mem-util")
+    bf16 = startup_problems(Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm")))
+    assert bf16[0].endswith("raise --tp or --gpu-mem-util, or use --weight-dtype fp8")

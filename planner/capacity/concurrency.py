@@ -79,8 +79,10 @@ def fit_check(scenario: Scenario, sequences: int, tokens: int, max_tp: int = 64)
         # what vLLM's concurrency line counts, a sliding-window layer holding only its window
         fit = int(plan.num_blocks // plan.blocks_per_max_len_request)
         if plan.kv_pool_bytes <= 0:
+            # the overheads as the plan takes them: activations, non-torch memory and, where counted, CUDA graphs
+            overheads_bytes = plan.requested_bytes - plan.weights_bytes_per_gpu - plan.kv_pool_bytes
             reason = (f"weights {plan.weights_bytes_per_gpu / GiB:.1f} GiB per GPU plus overheads "
-                      f"{(plan.activation_bytes + plan.non_torch_bytes) / GiB:.1f} GiB exceed the "
+                      f"{overheads_bytes / GiB:.1f} GiB exceed the "
                       f"{plan.requested_bytes / GiB:.1f} GiB that gpu_memory_utilization "
                       f"{scenario.gpu_memory_utilization} allows: no room for KV")
         elif fit < sequences:

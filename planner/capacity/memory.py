@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import ModelSpec, param_count, weights_bytes, weights_bytes_per_gpu
+from planner.catalog.models import WEIGHT_BYTES, ModelSpec, param_count, weights_bytes, weights_bytes_per_gpu
 from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 
@@ -207,8 +207,9 @@ def startup_problems(scenario: Scenario) -> tuple[str, ...]:
     left for the KV cache, or (vLLM V1's startup check) a pool too small for one request of ``max_model_len``."""
     plan, where = scenario.memory, f"{scenario.model.name} on {scenario.tp}x {scenario.gpu.label}"
     if plan.num_blocks <= 0:
+        lighter = ", or use --weight-dtype fp8" if WEIGHT_BYTES[scenario.weight_dtype] > WEIGHT_BYTES["fp8"] else ""
         return (f"{where}: no memory left for the KV cache ({plan.kv_pool_bytes / GiB:.1f} GiB); raise --tp or "
-                "--gpu-mem-util, or use --weight-dtype fp8",)
+                f"--gpu-mem-util{lighter}",)
     if scenario.engine_spec.v1_runtime and plan.max_concurrency < 1:
         return (f"{where}: the KV cache holds {plan.num_blocks:,} blocks, fewer than the "
                 f"{plan.blocks_per_max_len_request:,} one request of max_model_len {plan.max_model_len:,} needs "

@@ -163,6 +163,16 @@ def cmd_memory(args) -> None:
              f"{plan.num_blocks:,} blocks of {plan.block_size} = {plan.kv_capacity_tokens:,} tokens per GPU; "
              f"maximum concurrency {plan.max_concurrency:.2f}x for {plan.max_model_len:,} tokens per request; memory "
              f"profiled as vLLM {scenario.release.label} does (--vllm-version {scenario.overheads.vllm_version})")
+    if report.trace is not None:
+        t = report.trace
+        human += (f"\n{args.trace}: requests of {t['mean_final_tokens']:,.0f} tokens (mean, prompt and output) fit "
+                  f"{t['concurrency_at_mean']:,.1f} at once, of {t['p95_final_tokens']:,.0f} (p95) "
+                  f"{t['concurrency_at_p95']:,.1f}; max_num_seqs {t['max_num_seqs']:,}: the {t['binding']} binds")
+    if report.fit_check is not None:
+        f = report.fit_check
+        human += "".join(f"\n--fit {f.sequences}x{f.tokens}: TP {row['tp']}: {row['reason']}" for row in f.tried)
+        human += (f"\n--fit {f.sequences}x{f.tokens}: TP {f.tp} holds them ({f.gpus} GPUs)" if f.tp is not None else
+                  f"\n--fit {f.sequences}x{f.tokens}: no TP degree tried holds them")
     _emit(args, report.to_dict(), human)
 
 
