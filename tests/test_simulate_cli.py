@@ -1,5 +1,7 @@
 """`python -m planner simulate` as CONTRACT.md writes it: synthetic specs, trace replay, flags, errors."""
 
+import json
+
 import pytest
 from helpers import cli_json, run_cli
 
@@ -87,8 +89,13 @@ def test_simulate_replays_one_servers_requests_of_a_trace_that_names_several(tmp
     db = tmp_path / "s.duckdb"
     cli_json("ingest", str(SAMPLE_PATH), "--quiet", db=db)
     args = ("simulate", "--trace", "sample_chat", *BASE, "--max-model-len", "8192", "--no-kv-margin")
-    both = cli_json(*args, db=db)
-    small = cli_json(*args, "--trace-model", "llama-3-8b", db=db)
+    # replayed whole on one server, the two models' traffic is warned of, as recommend and report warn of it
+    proc = run_cli(*args, "--json", db=db)
+    both = json.loads(proc.stdout)
+    assert "served by 2 models" in proc.stderr and "with --trace-model NAME" in proc.stderr
+    proc = run_cli(*args, "--trace-model", "llama-3-8b", "--json", db=db)
+    small = json.loads(proc.stdout)
+    assert "warning" not in proc.stderr
     large = cli_json(*args, "--trace-model", "llama-3-70b", db=db)
     assert (small["requests"], large["requests"]) == (5921, 2429) and both["requests"] == 8350
     # the same clock: each server's share of the traffic arrives at its share of the rate

@@ -37,11 +37,11 @@ def cmd_step(args) -> None:
                      f"{obj['memory_ms']:.3f} ms, overheads {obj['overhead_ms']:.3f} ms")
 
 
-def _workload(args):
+def _workload(args, scenario):
     """The replay the ``simulate`` flags ask for: a stored trace (time-scaled, at a rate, or fitted) or a
-    synthetic spec."""
+    synthetic spec; a trace several models served, replayed whole on the scenario's, is warned of."""
     from planner.sim.workload import synthetic
-    from planner.workload.replay import from_trace
+    from planner.workload.replay import from_trace, served_models, several_servers
 
     if bool(args.trace) == bool(args.synthetic):
         raise PlannerError("give exactly one of --trace TRACE or --synthetic SPEC")
@@ -61,8 +61,12 @@ def _workload(args):
         return from_fits(fit_length_field(con, tid, "input_tokens"), fit_length_field(con, tid, "output_tokens"),
                          args.requests, args.qps, args.arrival_cv, args.seed).with_shared_prefix(args.shared_prefix)
     if args.trace:
-        return from_trace(store.open_store(args.db, create=False), args.trace, rate_scale=args.rate_scale,
-                          qps=args.qps, seed=args.seed, shared_prefix=args.shared_prefix, served_by=args.trace_model)
+        con = store.open_store(args.db, create=False)
+        workload = from_trace(con, args.trace, rate_scale=args.rate_scale, qps=args.qps, seed=args.seed,
+                              shared_prefix=args.shared_prefix, served_by=args.trace_model)
+        if args.trace_model is None and (note := several_servers(served_models(con, args.trace), scenario.model)):
+            print(f"warning: {note}; or replay one server's with --trace-model NAME", file=sys.stderr)
+        return workload
     if args.shared_prefix:
         raise PlannerError("--shared-prefix declares a trace's shared prefix; a synthetic spec takes "
                            "prefix=TOKENS:SHARE")
@@ -79,7 +83,7 @@ def cmd_simulate(args) -> None:
     fleet = Fleet(args.replicas, args.router or default_router(scenario.engine))
     if fleet.replicas > 1:
         check_router(scenario.engine, fleet.router)
-    workload = _workload(args)
+    workload = _workload(args, scenario)
     result = simulate(workload, scenario, fleet=fleet, progress=_progress_printer(not args.json))
     summary = summarize(result)
     obj = summary.to_dict()
