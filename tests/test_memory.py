@@ -100,6 +100,16 @@ def test_replicated_layers_are_held_whole_by_every_rank():
     assert weights_bytes_per_gpu(get_model("llama-3-8b"), "bf16", 4) == weights_bytes(get_model("llama-3-8b")) // 4
 
 
+def test_ranks_past_the_kv_heads_hold_a_whole_kv_head_each():
+    # QKVParallelLinear at TP 16 with 8 KV heads: each rank holds one head's k_proj and v_proj (8,192 x 128 each,
+    # 80 layers): 80 * 2 * 8,192 * 128 parameters, 335 MB in bf16, where an even split of the 8 heads gives 168 MB
+    llama70 = get_model("llama-3-70b")
+    one_head = 80 * 2 * 8192 * 128
+    even = weights_bytes(llama70, "bf16") / 16
+    assert weights_bytes_per_gpu(llama70, "bf16", 16) - even == pytest.approx(2 * one_head * (1 - 8 / 16), abs=1)
+    assert weights_bytes_per_gpu(llama70, "bf16", 8) == weights_bytes(llama70, "bf16") // 8     # 8 ranks, 8 heads
+
+
 def test_mla_latent_is_held_whole_by_every_rank():
     ds = get_model("deepseek-v3")
     assert kv_bytes_per_token(ds) == 576 * 2 * 61

@@ -195,9 +195,22 @@ def replicated_param_count(spec: ModelSpec) -> int:
     return params
 
 
+def kv_replica_param_count(spec: ModelSpec, tp: int) -> int:
+    """Parameters the ``tp`` ranks hold together past an even split where they outnumber the KV heads: vLLM's
+    ``QKVParallelLinear`` gives each rank one whole KV head's K and V projections, replicated over ``tp /
+    kv_heads`` ranks (vllm/model_executor/layers/linear.py, ``num_kv_head_replicas``). Llama-3-70B at TP 16: each
+    rank holds 335 MB of them, not an even split's 168 MB; Falcon-7B (one KV head) at TP 2: 2 × 151 MB."""
+    if spec.mla is not None or tp <= spec.kv_heads:
+        return 0
+    per_head = spec.layers * 2 * spec.head_dim * (spec.hidden + (1 if spec.qkv_bias else 0))
+    return per_head * (tp - spec.kv_heads)
+
+
 def weights_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, tp: int) -> int:
     """Bytes of the weights one of ``tp`` tensor-parallel ranks holds: :func:`weights_bytes` split evenly, but for
-    the :func:`replicated_param_count` parameters every rank holds whole (at the weights' bytes per parameter)."""
+    the :func:`replicated_param_count` parameters every rank holds whole and the KV heads ranks past their count
+    repeat (:func:`kv_replica_param_count`), at the weights' bytes per parameter."""
     total = weights_bytes(spec, weight_dtype)
     whole = int(replicated_param_count(spec) * WEIGHT_BYTES[weight_dtype])
-    return math.ceil((total - whole) / tp) + whole
+    repeated = int(kv_replica_param_count(spec, tp) * WEIGHT_BYTES[weight_dtype])
+    return math.ceil((total - whole + repeated) / tp) + whole

@@ -27,8 +27,8 @@ import numba
 import numpy as np
 
 from planner.capacity.memory import kv_bytes_per_token
-from planner.catalog.models import (active_param_count, param_count, replicated_param_count, routed_expert_param_count,
-                                    weights_bytes_per_gpu)
+from planner.catalog.models import (active_param_count, kv_replica_param_count, param_count, replicated_param_count,
+                                    routed_expert_param_count, weights_bytes_per_gpu)
 from planner.errors import PlannerError
 from planner.sim.step_spec import batch_aggregates, check_step
 
@@ -263,8 +263,9 @@ def coefficients(scenario: Scenario) -> StepCoefficients:
     allreduces = model.layers * model.allreduces_per_layer
     comm_bytes_per_token = allreduces * model.hidden * 2        # bf16 activations
     # a rank computes its shard of the split layers and the whole of those every rank holds (MLA's latent
-    # projections, MoE gates: replicated_param_count): DeepSeek-V3 at TP 8, 5.36 B parameters per rank, not 4.46 B
-    rank_linear_params = linear_params + (tp - 1) * replicated_param_count(model)
+    # projections, MoE gates: replicated_param_count): DeepSeek-V3 at TP 8, 5.36 B parameters per rank, not 4.46 B;
+    # and its whole KV head where the ranks outnumber them (kv_replica_param_count)
+    rank_linear_params = linear_params + (tp - 1) * replicated_param_count(model) + kv_replica_param_count(model, tp)
     ring = 2 * (tp - 1) / tp if tp > 1 else 0.0
     link = gpu.link_bytes_s(tp) * params.link_efficiency
     weight_bytes = weights_bytes_per_gpu(model, scenario.weight_dtype, tp)
