@@ -50,7 +50,7 @@ def model_choice():
         path.parent.mkdir()
         path.write_bytes(upload.getvalue())
         try:
-            return load_config(path)
+            return load_config(path, kept=False)      # the copy goes with the folder
         except (PlannerError, json.JSONDecodeError) as exc:
             st.error(str(exc))
             st.stop()

@@ -18,6 +18,7 @@ from planner.cli.scenario_args import scenario_from_args
 from planner.errors import PlannerError
 from planner.scenario import FLAGS, Scenario, defaults, tp_degrees
 from planner.sim.cost_model import CostParams
+from planner.sim.engines import get_engine
 from planner.sim.engines.base import vllm_scenario_flags
 
 LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_gpu("a100-80gb-sxm")
@@ -114,8 +115,11 @@ def test_a_model_read_from_a_config_json_is_rebuilt_from_it(tmp_path, monkeypatc
         "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
         "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 4096}))
     mine = Scenario(load_config(folder / "config.json"), A100)
-    assert mine.cli_args()[:2] == ["--model", "mistral-7b/config.json"]
-    monkeypatch.chdir(tmp_path)
+    assert mine.cli_args()[:2] == ["--model", str(folder / "config.json")]      # the path given, from anywhere
+    assert mine.model.name == "mistral-7b" and mine.model.hf_id == str(folder)   # vllm serve takes the folder
+    config = {"max_num_seqs": 8, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True}
+    assert f"vllm serve {folder} " in get_engine("vllm-v1").command(config, mine)
+    monkeypatch.chdir(folder)
     again = scenario_from_args(build_parser().parse_args(["memory", *mine.cli_args()]))
     assert again.model == mine.model and again.memory == mine.memory
     assert Scenario(get_model("mistral-7b"), A100).cli_args()[:2] == ["--model", "mistral-7b"]     # the preset

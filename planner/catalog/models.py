@@ -78,6 +78,7 @@ class ModelSpec:
     # scaled alone: a rank's shard of a linear layer must hold whole blocks
     fp8_block: int | None = None
     help: str = field(default="", compare=False)
+    config_path: str = field(default="", compare=False)     # the config.json read (empty for a preset)
 
     @property
     def is_moe(self) -> bool:

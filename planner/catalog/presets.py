@@ -185,8 +185,10 @@ def _moe(cfg: dict, experts_key: str, expert_intermediate: int, **extra) -> MoE:
     return MoE(experts, top_k, expert_intermediate, **extra)
 
 
-def load_config(path: str | Path) -> ModelSpec:
-    """A model from a ``config.json`` file on disk."""
+def load_config(path: str | Path, kept: bool = True) -> ModelSpec:
+    """A model from a ``config.json`` file on disk, named after its folder (after the file, for a file of another
+    name), served from that folder (``vllm serve FOLDER``: the weights sit beside the config) and rebuilt from the
+    path as given (:func:`model_ref`); where the file is not ``kept`` (an upload's temporary copy), by its name."""
     try:
         cfg = json.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -195,7 +197,10 @@ def load_config(path: str | Path) -> ModelSpec:
         raise PlannerError(f"{path}: not a JSON config.json ({exc})") from exc
     if not isinstance(cfg, dict):
         raise PlannerError(f"{path}: expected a JSON object (a Hugging Face config.json)")
-    return from_hf_config(cfg, name=Path(path).parent.name or Path(path).stem)
+    path = Path(path)
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    spec = from_hf_config(cfg, name=name)
+    return replace(spec, hf_id=str(path.parent), config_path=str(path)) if kept else spec
 
 
 def _llama(hidden, layers, heads, kv, inter, vocab, ctx, **extra):
@@ -323,9 +328,11 @@ def preset_name(ref: str) -> str | None:
 
 
 def model_ref(spec: ModelSpec) -> str:
-    """What ``--model`` takes to rebuild ``spec``: its preset's name, else the config.json it was read from, in a
-    folder of its name (:func:`load_config` names a model after its folder). The bare name of a model read from a
-    file was refused as unknown, or, where the folder bore a preset's name, rebuilt that preset instead."""
+    """What ``--model`` takes to rebuild ``spec``: the config.json it was read from, as given, else its preset's
+    name, else a config.json in a folder of its name. The bare name of a model read from a file was refused as
+    unknown, or, where the folder bore a preset's name, rebuilt that preset instead."""
+    if spec.config_path:
+        return spec.config_path
     key = preset_name(spec.name)
     return spec.name if key is not None and get_model(key) == spec else f"{spec.name}/config.json"
 
