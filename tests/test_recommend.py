@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import cli_json, run_cli
+from helpers import SHARED_TRACES, cli_json, needs_shared, run_cli
 
 from planner.catalog.gpus import get_gpu
 from planner.catalog.presets import get_model
@@ -590,3 +590,20 @@ def test_the_diagnosis_names_the_queue_where_it_stops_a_class_before_its_bound(s
     assert f"holds at {rate[i - 1]:.2f} req/s and not at {rate[i]:.2f} req/s" in note
     assert holds(runs[i], seed_search.max_queue_s) in note
     assert runs[i].metric_ms("tpot", 99) < 1000          # its bound still held where the queue gave out
+
+
+@needs_shared
+def test_a_rate_whose_half_misses_the_slo_is_not_recommended(tmp_path):
+    """BurstGPT's prompts take ~200 ms at p99 unloaded on an A100 with a 512-token budget: a 200 ms TTFT p99 is met
+    and missed by turns as load rises (met at 0.47 req/s with 199.9 ms, missed at half that with 200.2). A rate
+    whose half misses is the replay's noise, not one the class holds at; below it the search goes on."""
+    from planner.traces import store
+    from planner.workload.replay import from_trace
+
+    db = tmp_path / "r.duckdb"
+    cli_json("ingest", str(SHARED_TRACES / "BurstGPT_1_first400.csv"), "--quiet", db=db)
+    workload = from_trace(store.open_store(db, create=False), "BurstGPT_1_first400")
+    search = Search(workload, Scenario(get_model("llama-3-8b"), get_gpu("a100-80gb-sxm")))
+    slo = parse_slo("ttft:ttft_p99<200")
+    scale, result = search.max_scale(256, 512, True, slo, search.capacity_scale(256, 512))
+    assert scale == 0 or (meets(result, slo) and meets(search.run(256, 512, scale / 2), slo))
