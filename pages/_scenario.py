@@ -46,7 +46,8 @@ def model_choice():
         st.info("Upload a config.json to size a model of your own.")
         st.stop()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / Path(upload.name).stem / "config.json"
+        stem = Path(upload.name).stem       # an upload's file name names the model; "config" names none
+        path = Path(tmp) / (stem if stem != "config" else "uploaded-model") / "config.json"
         path.parent.mkdir()
         path.write_bytes(upload.getvalue())
         try:
@@ -104,9 +105,11 @@ def scenario() -> Scenario:
     block = c[3].selectbox("Block size", ["auto", 16, 32, 64, 128], key="block", **SHARED,
                            help="vLLM's --block-size. auto: 16, or 64 for an MLA model (DeepSeek) on Hopper, where "
                                 "vLLM's FlashMLA backend forces multiples of 64 (it raises a smaller size to 64)")
-    price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, GPUS[gpu_name].price_per_hour, 0.05, format="%g",
-                              key="price", **SHARED, help="Your price; the default is a typical on-demand cloud rate")
-    gpu = GPUS[gpu_name].with_price(price)
+    # empty by default: a GPU's own rate as default stayed the old GPU's after a switch (a keyed widget's state)
+    price = c[4].number_input("$ per GPU-hour", 0.0, 1000.0, None, 0.05, format="%g", key="price", **SHARED,
+                              placeholder=f"auto: {GPUS[gpu_name].price_per_hour:g}",
+                              help="Your price; empty: a typical on-demand cloud rate for the GPU")
+    gpu = GPUS[gpu_name] if price is None else GPUS[gpu_name].with_price(price)
     with st.expander("Engine and scheduler limits"):
         c = st.columns(4)
         engine = c[0].selectbox("Engine", list(ENGINES), key="engine", **SHARED,
@@ -158,19 +161,20 @@ def scenario() -> Scenario:
         log_text = st.text_area("vLLM startup log", key="vllm_log", height=120, persist_state="session",
                                 placeholder="Model loading took 14.99 GiB …\nAvailable KV cache memory: 54.49 GiB …",
                                 help="Fits the overheads (and the GPU's memory) so the plan reproduces this server; "
-                                     "kept while you switch pages")
+                                     "kept while you switch pages, but not carried by a link (too long for one)")
         cost = cost_params()
-    overheads = Overheads(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
-                          cudagraph_bytes=_gib(graphs), vllm_version=None if version == "auto" else version,
-                          source="entered" if activation or non_torch or graphs else "defaults")
+    overheads = Overheads(vllm_version=None if version == "auto" else version)
     try:
         if log_text.strip():
             gpu, overheads = overheads_from_log(log_text, gpu, util, overheads.vllm_version)
+        # entered values replace the log's fits too, as the CLI's flags do
+        overheads = overheads.with_entered(activation_bytes=_gib(activation), non_torch_bytes=_gib(non_torch),
+                                           cudagraph_bytes=_gib(graphs))
         out = Scenario(model, gpu, tp=int(tp), weight_dtype=None if weight_dtype == "model default" else weight_dtype,
                        kv_cache_dtype=kv_dtype, gpu_memory_utilization=float(util), max_model_len=max_len,
                        block_size=None if block == "auto" else int(block), num_gpu_blocks=override, max_num_seqs=seqs,
                        max_num_batched_tokens=batched, overheads=overheads, engine=engine, chunked_prefill=chunked,
-                       prefix_caching=caching, async_scheduling=ASYNC[lagged],
+                       prefix_caching=caching, async_scheduling=ASYNC[lagged] if engine == "vllm-v1" else None,
                        preemption=preemption if len(ENGINES[engine].preemption_modes) > 1 else "recompute",
                        max_new_tokens=max_new, cost=cost, **(REMEDIES[remedy] if engine == "vllm-v1" else {}))
     except PlannerError as exc:

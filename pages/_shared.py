@@ -155,7 +155,10 @@ def kept(key: tuple, compute):
 def forget_results() -> None:
     """Drop every cached result. Results are cached per trace id, and a deleted trace's bytes ingested again (with
     another mapping: no timestamps, other units) come back under the same id: the old figures were shown."""
+    from pages._prefix import trace_reuse       # imports this module
+
     st.cache_data.clear()
+    trace_reuse.clear()         # a resource cache: the deleted trace's sessions had stayed its prefix reuse
     results, lock = _kept_results()
     with lock:
         results.clear()

@@ -658,3 +658,27 @@ def test_workload_lengths_of_one_request_or_one_value_say_why_nothing_is_fitted(
     assert not at.exception
     assert "nothing to fit" in at.info[0].value or "distinct" in at.info[0].value
     assert at.dataframe        # the exact percentiles are still shown
+
+
+def test_a_trace_deleted_and_ingested_again_shows_its_new_prefix_reuse(app, tmp_path):
+    # the prefix reuse is a resource cache shared by sessions: deleting the trace had left its sessions' reuse
+    from planner.traces.ingest import ingest_file
+
+    rows = "".join(f"{i},{100 + 50 * (i % 3)},20,s{i // 3}\n" for i in range(30))
+    path = tmp_path / "sess.csv"
+    path.write_text("arrival,input_tokens,output_tokens,session_id\n" + rows)
+    tid = ingest_file(store.open_store(tmp_path / "app.duckdb"), path).trace_id
+
+    def reuse_groups():
+        app.session_state["selected_trace_id"] = tid
+        app.session_state["view"] = "Prefix reuse"
+        app.switch_page("pages/workload.py").run()
+        assert not app.exception
+        return {m.label: m.value for m in app.metric}.get("Groups (session)")
+
+    assert reuse_groups() == "10"
+    app.switch_page("pages/traces.py").run()
+    app.selectbox(key="traces_delete_pick").set_value(tid).run()
+    app.button(key="traces_delete").click().run()
+    again = ingest_file(store.open_store(tmp_path / "app.duckdb"), path, overrides={"session_id": ""})
+    assert again.trace_id == tid and reuse_groups() is None

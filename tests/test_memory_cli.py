@@ -145,3 +145,24 @@ def test_no_room_suggests_fp8_only_to_a_model_not_already_in_it():
     assert len(fp8) == 1 and fp8[0].endswith("raise --tp or --gpu-mem-util")
     bf16 = startup_problems(Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm")))
     assert bf16[0].endswith("raise --tp or --gpu-mem-util, or use --weight-dtype fp8")
+
+
+def test_the_scenario_widgets_follow_the_gpu_the_engine_and_the_log(tmp_path, monkeypatch):
+    """The price followed no GPU switch (its keyed default stayed the first GPU's); async scheduling set on, then
+    vLLM V0 chosen, locked the page in an error; a pasted log replaced the overheads entered beside it."""
+    from planner.catalog.gpus import get_gpu
+
+    at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, gpu="a100-80gb-sxm")
+    at.selectbox(key="gpu").set_value("h100-sxm").run()
+    assert f"${get_gpu('h100-sxm').price_per_hour:.2f}/hour per replica" in " ".join(c.value for c in at.caption)
+    at.selectbox(key="async").set_value("on").run()
+    at.selectbox(key="engine").set_value("vllm-v0").run()
+    assert not at.exception and not at.error
+    at.selectbox(key="engine").set_value("vllm-v1").run()
+    log = "Model loading took 14.99 GiB memory\nAvailable KV cache memory: 54.49 GiB\n"
+    (tmp_path / "v.log").write_text(log)
+    at.text_area(key="vllm_log").set_value(log).run()
+    at.number_input(key="act").set_value(3.0).run()
+    expected = cli_json("memory", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--vllm-log", str(tmp_path / "v.log"),
+                        "--activation-gib", "3", "--async-scheduling", db=tmp_path / "m.duckdb")
+    assert {m.label: m.value for m in at.metric}["KV pool per GPU"] == f"{expected['kv_pool_bytes'] / 2**30:.2f} GiB"

@@ -8,7 +8,7 @@ startup log. The seed article's simplified arithmetic is kept beside it, labelle
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
@@ -98,6 +98,14 @@ class Overheads:
     def graphs_counted(self) -> bool:
         """Whether CUDA graphs come out of the budget: as entered, else as the version does."""
         return self.release.cudagraphs_counted if self.cudagraph_counted is None else self.cudagraph_counted
+
+    def with_entered(self, **entered_bytes: int | None) -> Overheads:
+        """These overheads (estimated, or fitted from a startup log) with the values a user entered in their place
+        (bytes by field; None: not entered), as the CLI's flags and the pages' fields both apply them."""
+        given = {name: value for name, value in entered_bytes.items() if value is not None}
+        if not given:
+            return self
+        return replace(self, **given, source="entered" if self.source == "defaults" else self.source)
 
 
 def activation_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int,

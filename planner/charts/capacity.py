@@ -56,7 +56,8 @@ def reservation_chart(rows: list[dict]) -> alt.VConcatChart:
         strokeDash=alt.condition(alt.datum.policy == "seed", alt.value([5, 3]), alt.value([1, 0])),
         tooltip=["label:N", "max_new_tokens:Q", alt.Tooltip("concurrency:Q", format=".1f"),
                  alt.Tooltip("over_reservation:Q", format=".2f")]).properties(height=240)
-    bottom = alt.Chart(data.filter(pl.col("policy") == "vllm")).mark_area(opacity=0.4, color="gray").encode(
+    # the share cut is the trace's, whatever the policy: one policy's rows draw it
+    bottom = alt.Chart(data.filter(pl.col("policy") == rows[0]["policy"])).mark_area(opacity=0.4, color="gray").encode(
         x=x, y=alt.Y("exceed_share:Q", title="requests longer than it", axis=alt.Axis(format="%")),
         tooltip=["max_new_tokens:Q", alt.Tooltip("exceed_share:Q", format=".1%")]).properties(height=110)
     return alt.vconcat(top, bottom)

@@ -31,7 +31,9 @@ def sweep_chart(points: list[dict], knob: str, chosen: float | None = None,
     overloaded point (its latency a floor; its throughput, where the search stopped it early, left out)."""
     frame = pl.DataFrame(_finite(points))
     panels = []
-    metrics = {**METRICS, **({focus[0]: focus[1]} if focus and focus[0] in frame.columns else {})}
+    # a focus METRICS titles keeps its title (and unit); another's is a latency in ms (slo_focus_key)
+    metrics = {**METRICS, **({focus[0]: f"{focus[1]} (ms)"} if focus and focus[0] in frame.columns
+                             and focus[0] not in METRICS else {})}
     for column, title in metrics.items():
         base = alt.Chart(frame).mark_line(point=True).encode(
             x=alt.X(f"{knob}:Q", scale=alt.Scale(type="log"), title=knob),

@@ -103,11 +103,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         except OSError as exc:
             raise PlannerError(f"--vllm-log {args.vllm_log}: cannot read it ({exc.strerror})") from None
         gpu, overheads = overheads_from_log(text, gpu, args.gpu_mem_util, args.vllm_version)
-    entered = {name: int(round(value * GiB)) for name, value in (
+    overheads = overheads.with_entered(**{name: None if value is None else int(round(value * GiB)) for name, value in (
         ("activation_bytes", args.activation_gib), ("non_torch_bytes", args.non_torch_gib),
-        ("cudagraph_bytes", args.cudagraph_gib), ("weights_bytes", args.weights_gib)) if value is not None}
-    if entered:
-        overheads = replace(overheads, **entered, source="entered" if not args.vllm_log else overheads.source)
+        ("cudagraph_bytes", args.cudagraph_gib), ("weights_bytes", args.weights_gib))})
     scenario = Scenario(model, gpu, tp=args.tp, weight_dtype=args.weight_dtype, kv_cache_dtype=args.kv_cache_dtype,
                         gpu_memory_utilization=args.gpu_mem_util, max_model_len=args.max_model_len,
                         block_size=args.block_size, num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs,
