@@ -179,7 +179,8 @@ class Timeline:
 
 @dataclass(frozen=True)
 class ReplicaSummary:
-    """One replica of a fleet: its requests and their latencies."""
+    """One replica of a fleet: the requests routed to it and their latencies. A prompt past ``max_model_len`` is
+    refused before routing (``rejected_too_long`` of the fleet's summary) and counts on no replica."""
 
     replica: int
     requests: int
