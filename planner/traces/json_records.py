@@ -9,7 +9,8 @@ from pathlib import Path
 import duckdb
 
 from planner.errors import PlannerError
-from planner.traces.sources import JSON_SAMPLE, MAX_LINE_BYTES, Source, files_sql, read_error, sql_str, walk_column
+from planner.traces.sources import (JSON_SAMPLE, LINE_OPTIONS, MAX_LINE_BYTES, Source, files_sql, read_error,
+                                    sql_str, walk_column)
 from planner.traces.store import quote_ident
 
 # a JSON Lines file is read as one text column per line, split on a byte valid JSON never holds raw (control
@@ -36,7 +37,7 @@ def json_records(con: duckdb.DuckDBPyConnection, paths: list[Path], fmt: str, co
         rejects = f"{rejects_name}_rejects"
         base = (f"(SELECT column0 AS __raw{file_index} FROM read_csv({p}, columns={{'column0': 'VARCHAR'}}, "
                 f"header=false, auto_detect=false, delim={sql_str(_UNIT_SEPARATOR)}, quote='', escape='', "
-                f"compression={comp}, max_line_size={MAX_LINE_BYTES}, store_rejects=true, "
+                f"compression={comp}, {LINE_OPTIONS}, store_rejects=true, "
                 f"rejects_table={sql_str(rejects)}, rejects_scan={sql_str(rejects_name + '_scans')}) "
                 "WHERE column0 IS NOT NULL AND trim(column0) <> '')")
         error = f"CASE WHEN NOT json_valid(__raw) THEN 'not valid JSON' WHEN {_NOT_OBJECT} END"

@@ -30,6 +30,10 @@ JSON_SAMPLE = 20_480        # objects a JSON reader types its columns from (Duck
 # the longest line a reader takes (DuckDB's default is 2 MB): a logged prompt of a few MB is one request, not a
 # reason to refuse the file
 MAX_LINE_BYTES = 64 << 20
+# the CSV reader's options for it: DuckDB sizes its buffers from max_line_size unless told, and every open of the
+# reader (sniff, probe, sample, load) then allocated ~190 MB more and took 0.1-0.3 s longer; one buffer of the
+# longest line is enough (a 10 MB line reads whole in it)
+LINE_OPTIONS = f"max_line_size={MAX_LINE_BYTES}, buffer_size={MAX_LINE_BYTES}"
 
 
 def sql_str(value: str) -> str:
@@ -210,7 +214,7 @@ def _flatten(con: duckdb.DuckDBPyConnection, reader_sql: str, path: Path,
 def sniff_dialect(con: duckdb.DuckDBPyConnection, path: Path, compression: str, fmt: str,
                   head_text: str) -> Dialect:
     """Sniff a CSV/TSV dialect with DuckDB's sniffer (a TSV extension pins the tab)."""
-    opts = [f"compression={sql_str(compression)}", f"max_line_size={MAX_LINE_BYTES}"]
+    opts = [f"compression={sql_str(compression)}", LINE_OPTIONS]
     if fmt == "tsv":
         opts.append("delim='\\t'")
     header_line = head_text.split("\n", 1)[0]
@@ -339,8 +343,7 @@ def open_source(con: duckdb.DuckDBPyConnection, path: str | Path | Sequence[Path
         rejects = f"{rejects_name}_rejects"
         peek = (f"read_csv({p}, all_varchar=true, header={str(dialect.header).lower()}, "
                 f"delim={sql_str(dialect.delimiter)}, quote={sql_str(dialect.quote)}, "
-                f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480, "
-                f"max_line_size={MAX_LINE_BYTES}")
+                f"escape={sql_str(dialect.escape)}, compression={comp}, sample_size=20480, {LINE_OPTIONS}")
         try:
             columns, _ = _flatten(con, peek + ", ignore_errors=true)", path, fmt)
         except PlannerError:
