@@ -129,6 +129,9 @@ def test_the_cli_ingests_a_summary_folder(sample, tmp_path):
     assert json.loads(out.stdout)["layout"] == "summary"
     stats = json.loads(run("stats", "s").stdout)
     assert stats["summary"] and stats["input_tokens"]["p50"] > 0
+    # the per-request tables are refused by name (the missing requests table had surfaced as a catalog error)
+    workload = run("workload", "s")
+    assert workload.returncode == 2 and workload.stderr.startswith("error: trace 's' is a summary: the workload")
     neither = run("ingest")
     assert neither.returncode != 0 and "expected a trace PATH or --summary FOLDER" in neither.stderr
 

@@ -223,6 +223,10 @@ def workload_report(con: duckdb.DuckDBPyConnection, trace_ref: str, *, window_s:
     reuse (:func:`trace_reuse`; in GiB as well given one token's KV bytes) unless ``with_reuse`` is off (the page
     caches it on its own)."""
     info = store.get_trace(con, trace_ref)
+    if info.layout == "summary":
+        raise PlannerError(f"trace {info.name!r} is a summary: the workload tables (per model, per window, joint, "
+                           "latency buckets, prefix reuse) need each request, which a summary does not keep; "
+                           "expected a trace of requests (stats and fit read a summary)")
     tid = info.trace_id
     arrivals = arrival_overview(con, info)
     if window_s is None and arrivals is not None:
