@@ -14,7 +14,7 @@ from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
 from planner.catalog.models import WEIGHT_BYTES
 from planner.catalog.presets import get_model, load_config, preset_names
-from planner.catalog.releases import VLLM_VERSIONS, default_version
+from planner.catalog.releases import VLLM_VERSIONS
 from planner.errors import PlannerError
 from planner.scenario import Scenario, defaults
 from planner.sim.engines import ENGINES
@@ -136,10 +136,10 @@ def scenario() -> Scenario:
                               help="vLLM V1 caches prefixes by default (--no-enable-prefix-caching turns it off). "
                                    + ENGINES[engine].label + ": " + ENGINES[engine].prefix_cache_note)
         c = st.columns(2)
-        default = default_version(engine)
+        # "auto" resolves by engine, and a keyed selectbox keeps its first labels: the caption below names it
         version = c[0].selectbox("vLLM version", ["auto", *VLLM_VERSIONS], key="vllm_version", **SHARED,
                                  format_func=lambda v: f"{v}: {VLLM_VERSIONS[v].label}" if v != "auto"
-                                 else f"auto: {default}, {VLLM_VERSIONS[default].label}",
+                                 else "auto: the engine's newest release",
                                  help="Releases profile activation and non-torch memory differently (≥ 0.20 "
                                       "subtracts CUDA-graph memory before sizing the KV cache); ≥ 0.11 replays full "
                                       "CUDA graphs for decode steps, ≥ 0.14 schedules asynchronously by default")
@@ -191,6 +191,7 @@ def scenario() -> Scenario:
     st.caption(f"{gpu.label}: {gpu.memory_gib:.2f} GiB as CUDA reports it, {gpu.hbm_bw_bytes_s / 1e12:.2f} TB/s, "
                f"{gpu.bf16_flops / 1e12:.0f} TFLOPS BF16 dense, GPU link {gpu.gpu_link_bytes_s / 1e9:.0f} GB/s, "
                f"host {gpu.pcie_bytes_s / 1e9:.1f} GB/s, {gpu.power_w or '?'} W; "
-               f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}; step costs at MFU "
-               f"{applied.mfu:.3g}, MBU {applied.mbu:.3g}, roofline knee p {applied.roofline_p:g}. {gpu.help}")
+               f"${out.price_per_replica_hour:.2f}/hour per replica of {out.tp}; served as vLLM {out.release.label}; "
+               f"step costs at MFU {applied.mfu:.3g}, MBU {applied.mbu:.3g}, roofline knee p {applied.roofline_p:g}. "
+               f"{gpu.help}")
     return out

@@ -151,6 +151,7 @@ def test_the_scenario_widgets_follow_the_gpu_the_engine_and_the_log(tmp_path, mo
     """The price followed no GPU switch (its keyed default stayed the first GPU's); async scheduling set on, then
     vLLM V0 chosen, locked the page in an error; a pasted log replaced the overheads entered beside it."""
     from planner.catalog.gpus import get_gpu
+    from planner.catalog.releases import VLLM_VERSIONS
 
     at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, gpu="a100-80gb-sxm")
     at.selectbox(key="gpu").set_value("h100-sxm").run()
@@ -158,6 +159,8 @@ def test_the_scenario_widgets_follow_the_gpu_the_engine_and_the_log(tmp_path, mo
     at.selectbox(key="async").set_value("on").run()
     at.selectbox(key="engine").set_value("vllm-v0").run()
     assert not at.exception and not at.error
+    # "auto" resolves to the engine's newest release, which the caption names (the option's label had stayed V1's)
+    assert f"served as vLLM {VLLM_VERSIONS['0.6'].label};" in " ".join(c.value for c in at.caption)
     at.selectbox(key="engine").set_value("vllm-v1").run()
     log = "Model loading took 14.99 GiB memory\nAvailable KV cache memory: 54.49 GiB\n"
     (tmp_path / "v.log").write_text(log)
