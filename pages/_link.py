@@ -81,3 +81,13 @@ def show_unapplied(slot) -> None:
         slot.warning(f"Not applied from this link: {listed}. A control takes only the choices it offers, within "
                      "its range, and shows its own value otherwise: compare views only once these are set.",
                      icon=":material/link_off:")
+
+
+def given_int(key: str) -> int | None:
+    """A whole-number widget's value before it is drawn this run: its state, else (a link's first run, before any
+    widget took it) the URL's; None where neither holds a whole number."""
+    value = st.session_state.get(key, st.query_params.get(key))
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None

@@ -9,6 +9,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages._calibration import cost_params, show_warning
+from pages._link import given_int
 from planner.capacity.memory import Overheads
 from planner.capacity.vllm_log import overheads_from_log
 from planner.catalog.gpus import GPUS, GiB
@@ -46,8 +47,8 @@ def model_choice():
         st.info("Upload a config.json to size a model of your own.")
         st.stop()
     with tempfile.TemporaryDirectory() as tmp:
-        stem = Path(upload.name).stem       # an upload's file name names the model; "config" names none
-        path = Path(tmp) / (stem if stem != "config" else "uploaded-model") / "config.json"
+        stem = Path(upload.name).stem       # an upload's file name names the model; "config" or dots name none
+        path = Path(tmp) / (stem if stem.strip(".") and stem != "config" else "uploaded-model") / "config.json"
         path.parent.mkdir()
         path.write_bytes(upload.getvalue())
         try:
@@ -116,7 +117,7 @@ def scenario() -> Scenario:
                                 help=" ".join(f"{e.label}: {e.help}" for e in ENGINES.values()))
         chunked = c[1].toggle("Chunked prefill", True, key="chunked", **SHARED)
         # each limit's default follows the other's given value (a budget of 512 serves 512 sequences)
-        auto = defaults(model, gpu, max_len, chunked, st.session_state.get("seqs"), st.session_state.get("batched"))
+        auto = defaults(model, gpu, max_len, chunked, given_int("seqs"), given_int("batched"), engine)
         seqs = c[2].number_input("max_num_seqs", 1, 100_000, None, 8, key="seqs", **SHARED,
                                  placeholder=f"auto: {auto['max_num_seqs']:,}", help="Empty: vllm serve's default here")
         batched = c[3].number_input("max_num_batched_tokens", 1, 1_000_000, None, 256, key="batched", **SHARED,

@@ -153,12 +153,11 @@ def kept(key: tuple, compute):
 
 
 def forget_results() -> None:
-    """Drop every cached result. Results are cached per trace id, and a deleted trace's bytes ingested again (with
-    another mapping: no timestamps, other units) come back under the same id: the old figures were shown."""
+    """Drop every cached result (the prefix reuse's too): they are cached per trace id, and a deleted trace's bytes
+    ingested again with another mapping (no times, other units, no sessions) come back under the same id."""
     from pages._prefix import trace_reuse       # imports this module
-
     st.cache_data.clear()
-    trace_reuse.clear()         # a resource cache: the deleted trace's sessions had stayed its prefix reuse
+    trace_reuse.clear()
     results, lock = _kept_results()
     with lock:
         results.clear()

@@ -117,7 +117,6 @@ class Scenario:
         set_(self, "max_model_len", max_len)
         if self.num_gpu_blocks is not None:
             set_(self, "num_gpu_blocks", integer("num_gpu_blocks", self.num_gpu_blocks, low=1))
-        self._resolve_limits()
         engine = ENGINES.get(self.engine)
         if engine is None:
             raise PlannerError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
@@ -140,6 +139,7 @@ class Scenario:
             raise PlannerError(f"--reserve-predicted and --priority are remedies of the vllm-v1 engine, not of "
                                f"{engine.name}")
         self._resolve_release(engine.name)
+        self._resolve_limits()
         check_overheads(self.overheads)
         self._check_logged_weights()
         if self.async_scheduling is None:
@@ -202,7 +202,8 @@ class Scenario:
         given_seqs, given_batched = (None if v is None else integer(name, v, low=1) for name, v in
                                      (("max_num_seqs", self.max_num_seqs),
                                       ("max_num_batched_tokens", self.max_num_batched_tokens)))
-        auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill, given_seqs, given_batched)
+        auto = defaults(self.model, self.gpu, self.max_model_len, self.chunked_prefill, given_seqs, given_batched,
+                        self.engine, self.release)
         seqs, batched = given_seqs or auto["max_num_seqs"], given_batched or auto["max_num_batched_tokens"]
         if batched < seqs:      # named by the flag given: the other may be a default
             given = f"--max-num-batched-tokens {batched}" if self.max_num_batched_tokens else f"--max-num-seqs {seqs}"
@@ -331,19 +332,24 @@ class Scenario:
 
 
 def defaults(model: ModelSpec, gpu: GPU, max_model_len: int | None = None, chunked_prefill: bool = True,
-             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> dict:
+             max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, engine: str = "vllm-v1",
+             release: VllmRelease | None = None) -> dict:
     """What a scenario takes for the fields it is not given, and what the pages show as "auto": the model's dtype
     and ``max_position_embeddings``, ``vllm serve``'s ``max_num_seqs`` and ``max_num_batched_tokens`` for the GPU
-    as its engine arguments settle them beside the limits given (``EngineArgs.
-    _set_default_max_num_seqs_and_batched_tokens_args``, v0.11+): without chunked prefill the default budget is
-    raised to hold a whole ``max_model_len`` prompt; it is then cut to what ``max_num_seqs`` such prompts hold,
-    and a default ``max_num_seqs`` to the budget (``--max-num-batched-tokens 512`` serves 512 sequences)."""
+    as the engine's arguments settle them beside the limits given (``release``, left out: the engine's newest;
+    :class:`planner.catalog.releases.VllmRelease`): without chunked prefill the default budget is raised to hold a
+    whole ``max_model_len`` prompt; vLLM V1 from 0.11 then cuts it to what ``max_num_seqs`` such prompts hold, and
+    V1 cuts a default ``max_num_seqs`` to the budget (``--max-num-batched-tokens 512`` serves 512 sequences)."""
     max_len = max_model_len or model.max_position
-    batched = default_batched_tokens(gpu)
+    release = release or vllm_release(default_version(engine))
+    cuts = engine in VLLM_ENGINES and release.engine == engine
+    batched, seqs = default_batched_tokens(gpu), default_max_num_seqs(gpu)
     if not chunked_prefill:
         batched = max(batched, max_len)
-    batched = min(batched, (max_num_seqs or default_max_num_seqs(gpu)) * max_len)
-    seqs = min(default_max_num_seqs(gpu), max_num_batched_tokens or batched)
+    if cuts and release.budget_to_seqs:
+        batched = min(batched, (max_num_seqs or seqs) * max_len)
+    if cuts and release.seqs_to_budget:
+        seqs = min(seqs, max_num_batched_tokens or batched)
     return {"weight_dtype": model.weight_dtype, "max_model_len": max_len, "max_num_seqs": seqs,
             "max_num_batched_tokens": batched}
 

@@ -83,16 +83,23 @@ def test_memory_with_a_trace_and_a_fit_request(tmp_path):
     assert 0 < obj["padding"][5]["mean"] < 1
 
 
-def test_memory_text_says_the_fit_and_its_overheads_add_up(tmp_path):
-    """The text output carries the --fit answer the JSON has, and a "no room" reason's sum exceeds what it says it
-    exceeds (its overheads had left out the CUDA graphs the pool subtracts: 65.7 + 4.2 GiB "exceeded" 71.3)."""
+def test_memory_text_says_the_fit_and_names_the_overheads_the_pool_subtracts(tmp_path):
+    """The text output carries the --fit answer the JSON has, and a "no room" reason's overheads are the ones the
+    pool subtracts: activation, non-torch and the CUDA graphs vLLM 0.20 counts (they had been left out: 65.7 +
+    4.2 GiB "exceeded" 71.3 GiB at TP 2)."""
+    from planner.catalog.gpus import get_gpu
+    from planner.catalog.presets import get_model
+    from planner.scenario import Scenario
+
     out = run_cli("memory", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--fit", "32x4096",
                   db=tmp_path / "m.duckdb").stdout
     assert "--fit 32x4096: TP 4 holds them (4 GPUs)" in out
-    sums = re.findall(r"TP (\d+): weights ([\d.]+) GiB per GPU plus overheads ([\d.]+) GiB exceed the ([\d.]+) GiB", out)
-    assert [tp for tp, *_ in sums] == ["1", "2"]
-    for _, weights, overheads, allowed in sums:
-        assert float(weights) + float(overheads) > float(allowed)
+    said = dict(re.findall(r"TP (\d+): weights [\d.]+ GiB per GPU plus overheads ([\d.]+) GiB exceed", out))
+    assert list(said) == ["1", "2"]
+    for tp, overheads in said.items():
+        plan = Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm"), tp=int(tp), max_model_len=4096).memory
+        counted = plan.activation_bytes + plan.non_torch_bytes + plan.cudagraph_bytes * plan.cudagraph_counted
+        assert plan.cudagraph_counted and overheads == f"{counted / 2**30:.1f}"
 
 
 def test_memory_page(tmp_path, monkeypatch):
@@ -169,3 +176,10 @@ def test_the_scenario_widgets_follow_the_gpu_the_engine_and_the_log(tmp_path, mo
     expected = cli_json("memory", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--vllm-log", str(tmp_path / "v.log"),
                         "--activation-gib", "3", "--async-scheduling", db=tmp_path / "m.duckdb")
     assert {m.label: m.value for m in at.metric}["KV pool per GPU"] == f"{expected['kv_pool_bytes'] / 2**30:.2f} GiB"
+
+
+def test_a_links_budget_sets_the_sequences_auto_at_once(tmp_path, monkeypatch):
+    # vLLM cuts a default max_num_seqs to the budget: a link's budget of 512 serves 512 sequences, and the page's
+    # "auto" said 1,024 on the link's first run (the budget's widget, drawn after, had no state yet)
+    at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, gpu="h100-sxm", batched="512")
+    assert not at.exception and at.number_input(key="seqs").placeholder == "auto: 512"

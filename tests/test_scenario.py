@@ -40,6 +40,9 @@ LLAMA8, LLAMA70, A100 = get_model("llama-3-8b"), get_model("llama-3-70b"), get_g
      "--max-num-batched-tokens (256) at least --max-num-seqs (512), as vLLM requires"),
     ({"max_num_seqs": 100_000}, "--max-num-seqs 100000: expected --max-num-batched-tokens (2048) at least "
      "--max-num-seqs (100000)"),
+    # vLLM V0 cuts no default: a budget below its 256 sequences does not start
+    ({"engine": "vllm-v0", "max_num_batched_tokens": 128}, "--max-num-batched-tokens 128: expected "
+     "--max-num-batched-tokens (128) at least --max-num-seqs (256)"),
     ({"chunked_prefill": False, "max_num_batched_tokens": 2048}, "without chunked prefill it must hold a whole prompt"),
     ({"kv_cache_dtype": "fp4"}, "--kv-cache-dtype 'fp4': expected one of auto"),
     ({"weight_dtype": "fp6"}, "--weight-dtype 'fp6': expected one of bf16"),
@@ -81,6 +84,9 @@ def test_values_vllm_would_refuse_are_refused_by_name(fields, message):
     ("h100-sxm", {"max_num_seqs": 2, "max_model_len": 4096}, (2, 8192)),
     ("a100-80gb-sxm", {"chunked_prefill": False}, (256, 8192)),             # raised to a whole 8,192-token prompt
     ("h100-sxm", {}, (1024, 8192)),
+    # 0.10 cut the sequences to a budget, not the budget to the sequences (that came with 0.11)
+    ("h100-sxm", {"max_num_seqs": 1, "max_model_len": 4096, "overheads": Overheads(vllm_version="0.10")}, (1, 8192)),
+    ("h100-sxm", {"max_num_batched_tokens": 512, "overheads": Overheads(vllm_version="0.10")}, (512, 512)),
 ])
 def test_limits_settle_as_vllm_engine_arguments_settle_them(gpu, fields, limits):
     """vLLM's EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: a default budget is cut to
@@ -88,7 +94,7 @@ def test_limits_settle_as_vllm_engine_arguments_settle_them(gpu, fields, limits)
     scenario = Scenario(LLAMA8, get_gpu(gpu), **fields)
     assert (scenario.max_num_seqs, scenario.max_num_batched_tokens) == limits
     auto = defaults(LLAMA8, get_gpu(gpu), fields.get("max_model_len"), fields.get("chunked_prefill", True),
-                    fields.get("max_num_seqs"), fields.get("max_num_batched_tokens"))
+                    fields.get("max_num_seqs"), fields.get("max_num_batched_tokens"), release=scenario.release)
     assert (fields.get("max_num_seqs") or auto["max_num_seqs"],
             fields.get("max_num_batched_tokens") or auto["max_num_batched_tokens"]) == limits
 
@@ -113,16 +119,22 @@ def test_a_model_read_from_a_config_json_is_rebuilt_from_it(tmp_path, monkeypatc
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
         "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
-        "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 4096}))
-    mine = Scenario(load_config(folder / "config.json"), A100)
-    assert mine.cli_args()[:2] == ["--model", str(folder / "config.json")]      # the path given, from anywhere
-    assert mine.model.name == "mistral-7b" and mine.model.hf_id == str(folder)   # vllm serve takes the folder
+        "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "max_position_embeddings": 4096,
+        "_name_or_path": "acme/tiny-llama"}))
+    monkeypatch.chdir(tmp_path)
+    mine = Scenario(load_config("mistral-7b/config.json"), A100)       # a relative path, as typed
+    assert mine.cli_args()[:2] == ["--model", "mistral-7b/config.json"]
+    # vllm serve takes the folder (the weights beside the config), from anywhere; the id stays the config's
+    assert (mine.model.name, mine.model.hf_id, mine.model.serve_path) == ("mistral-7b", "acme/tiny-llama", str(folder))
     config = {"max_num_seqs": 8, "max_num_batched_tokens": 2048, "enable_chunked_prefill": True}
     assert f"vllm serve {folder} " in get_engine("vllm-v1").command(config, mine)
-    monkeypatch.chdir(folder)
     again = scenario_from_args(build_parser().parse_args(["memory", *mine.cli_args()]))
     assert again.model == mine.model and again.memory == mine.memory
     assert Scenario(get_model("mistral-7b"), A100).cli_args()[:2] == ["--model", "mistral-7b"]     # the preset
+    # a file of another name is no folder vllm serve can take: the model is served by its id
+    (folder / "tiny.json").write_text((folder / "config.json").read_text())
+    other = Scenario(load_config(folder / "tiny.json"), A100)
+    assert other.model.name == "tiny" and "vllm serve acme/tiny-llama " in get_engine("vllm-v1").command(config, other)
 
 
 def test_tp_degrees_follow_vllms_head_rules():

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from planner.catalog.gpus import GPU, GiB
-from planner.catalog.models import WEIGHT_BYTES, ModelSpec, param_count, weights_bytes, weights_bytes_per_gpu
+from planner.catalog.models import (WEIGHT_BYTES, ModelSpec, kv_heads_per_rank, param_count, weights_bytes,
+                                    weights_bytes_per_gpu)
 from planner.catalog.releases import VllmRelease, vllm_release
 from planner.errors import PlannerError
 
@@ -27,16 +28,6 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int = 2) -> int:
     if kv_cache_dtype not in KV_DTYPE_BYTES:
         raise PlannerError(f"unknown --kv-cache-dtype {kv_cache_dtype!r}: expected one of {', '.join(KV_DTYPE_BYTES)}")
     return KV_DTYPE_BYTES[kv_cache_dtype] or model_dtype_bytes
-
-
-def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
-    """KV heads one tensor-parallel rank stores: split across ranks, replicated once TP exceeds their number.
-
-    MLA stores one latent, whole, on every rank.
-    """
-    if model.mla:
-        return 1
-    return max(1, model.kv_heads // tp)
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, dtype_bytes: int, tp: int = 1) -> int:

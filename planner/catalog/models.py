@@ -79,6 +79,7 @@ class ModelSpec:
     fp8_block: int | None = None
     help: str = field(default="", compare=False)
     config_path: str = field(default="", compare=False)     # the config.json read (empty for a preset)
+    serve_path: str = field(default="", compare=False)      # the folder vllm serve takes: a config.json's own
 
     @property
     def is_moe(self) -> bool:
@@ -196,15 +197,25 @@ def replicated_param_count(spec: ModelSpec) -> int:
     return params
 
 
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one tensor-parallel rank holds: split across ranks, replicated once TP exceeds their number.
+
+    MLA stores one latent, whole, on every rank.
+    """
+    if model.mla:
+        return 1
+    return max(1, model.kv_heads // tp)
+
+
 def kv_replica_param_count(spec: ModelSpec, tp: int) -> int:
     """Parameters the ``tp`` ranks hold together past an even split where they outnumber the KV heads: vLLM's
     ``QKVParallelLinear`` gives each rank one whole KV head's K and V projections, replicated over ``tp /
-    kv_heads`` ranks (vllm/model_executor/layers/linear.py, ``num_kv_head_replicas``). Llama-3-70B at TP 16: each
-    rank holds 335 MB of them, not an even split's 168 MB; Falcon-7B (one KV head) at TP 2: 2 × 151 MB."""
-    if spec.mla is not None or tp <= spec.kv_heads:
+    kv_heads`` ranks (vllm/model_executor/layers/linear.py, ``num_kv_head_replicas``; :func:`kv_heads_per_rank`).
+    Llama-3-70B at TP 16: each rank holds 335 MB of them, not an even split's 168 MB."""
+    if spec.mla is not None:
         return 0
     per_head = spec.layers * 2 * spec.head_dim * (spec.hidden + (1 if spec.qkv_bias else 0))
-    return per_head * (tp - spec.kv_heads)
+    return per_head * (kv_heads_per_rank(spec, tp) * tp - spec.kv_heads)
 
 
 def weights_bytes_per_gpu(spec: ModelSpec, weight_dtype: str, tp: int) -> int:

@@ -187,8 +187,9 @@ def _moe(cfg: dict, experts_key: str, expert_intermediate: int, **extra) -> MoE:
 
 def load_config(path: str | Path, kept: bool = True) -> ModelSpec:
     """A model from a ``config.json`` file on disk, named after its folder (after the file, for a file of another
-    name), served from that folder (``vllm serve FOLDER``: the weights sit beside the config) and rebuilt from the
-    path as given (:func:`model_ref`); where the file is not ``kept`` (an upload's temporary copy), by its name."""
+    name) and rebuilt from the path as given (:func:`model_ref`); a file named ``config.json`` is served from its
+    folder (``vllm serve /abs/FOLDER``: the weights sit beside it), another by its Hugging Face id or name. Where the
+    file is not ``kept`` (an upload's temporary copy) it is rebuilt and served by its name."""
     try:
         cfg = json.loads(Path(path).read_text())
     except FileNotFoundError as exc:
@@ -200,7 +201,10 @@ def load_config(path: str | Path, kept: bool = True) -> ModelSpec:
     path = Path(path)
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     spec = from_hf_config(cfg, name=name)
-    return replace(spec, hf_id=str(path.parent), config_path=str(path)) if kept else spec
+    if not kept:
+        return spec
+    return replace(spec, config_path=str(path),
+                   serve_path=str(path.resolve().parent) if path.name == "config.json" else "")
 
 
 def _llama(hidden, layers, heads, kv, inter, vocab, ctx, **extra):

@@ -32,7 +32,10 @@ class VllmRelease:
     silently: vllm#18547, #20914 on 0.9.2; it keeps the user's value from 0.11.1, PR #28665); ``async_flag``:
     whether ``--async-scheduling`` exists (vllm PR #19970, opened after 0.9.0); ``max_block_size``: the largest
     ``--block-size`` its parser takes (``BlockSize``, ``Literal[1, 8, 16, 32, 64, 128]`` through 0.11.0; 256 from
-    0.11.1, PR #26883).
+    0.11.1, PR #26883). Limits left out (``EngineArgs``): V1 cuts a default ``max_num_seqs`` to the budget
+    (``seqs_to_budget``), and from 0.11 a default budget to ``max_num_seqs × max_model_len`` first
+    (``budget_to_seqs``, ``_set_default_max_num_seqs_and_batched_tokens_args``); V0 cuts neither and refuses a budget
+    below its 256 sequences.
     """
 
     label: str
@@ -49,6 +52,8 @@ class VllmRelease:
     chunking_optional: bool = True
     async_flag: bool = True
     max_block_size: int = 256
+    seqs_to_budget: bool = True
+    budget_to_seqs: bool = True
 
     def refusal(self, engine: str, chunked_prefill: bool, async_scheduling: bool | None,
                 block_size: int = 16) -> str | None:
@@ -80,13 +85,14 @@ _SORTING_SAMPLER = (9.5, 4, _gib(0.05), _gib(0.1), _gib(0.55), _gib(0.1), False)
 # key -> release range; "current" is what `vllm serve` does today
 VLLM_VERSIONS = {
     "0.6": VllmRelease("V0 0.6.5-0.10 (VLLM_USE_V1=0)", 9.5, 2, 0, _gib(0.1), _gib(0.9), _gib(0.2), False,
-                       async_scheduling=False, full_decode_graphs=False, engine="vllm-v0", max_block_size=128),
+                       async_scheduling=False, full_decode_graphs=False, engine="vllm-v0", max_block_size=128,
+                       seqs_to_budget=False, budget_to_seqs=False),
     "0.8": VllmRelease("V1 0.7-0.9.0 (counts the CUDA context; piecewise CUDA graphs)", 9.5, 4, _gib(0.05),
                        _gib(0.5), _gib(1.0), _gib(0.6), False, async_scheduling=False, full_decode_graphs=False,
-                       chunking_optional=False, async_flag=False, max_block_size=128),
+                       chunking_optional=False, async_flag=False, max_block_size=128, budget_to_seqs=False),
     "0.10": VllmRelease("V1 0.9.1-0.10 (FlashInfer sampler, as in the vllm-openai images; piecewise CUDA graphs)",
                         *_FLASHINFER_SAMPLER, async_scheduling=False, full_decode_graphs=False,
-                        chunking_optional=False, max_block_size=128),
+                        chunking_optional=False, max_block_size=128, budget_to_seqs=False),
     # 0.11.0's rules: 0.11.1 took 256-token blocks and honours --no-enable-chunked-prefill, as 0.12 does
     "0.11": VllmRelease("V1 0.11 (FlashInfer sampler; full CUDA graphs for decode)", *_FLASHINFER_SAMPLER,
                         async_scheduling=False, chunking_optional=False, max_block_size=128),

@@ -127,14 +127,16 @@ class Search:
 
     def max_scale(self, seqs: int, budget: int, chunked: bool, slo: SLOClass,
                   hi: float) -> tuple[float, SimResult | None]:
-        """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds, by bisection in log;
-        where it fails at ``hi / 64`` too, in ``[hi / 64 / DEEP_RANGE, hi / 64]``: a class that holds only with
-        requests barely overlapping (a tight TTFT on long prompts) had been called infeasible, though replicas
-        enough hold it. 0 where it fails even there.
+        """The largest time scale (rate multiplier) in ``[hi / 64, hi]`` where ``slo`` holds and holds at half the
+        scale, by bisection in log; where it fails at ``hi / 64`` too, in ``[hi / 64 / DEEP_RANGE, hi / 64]``: a
+        class that holds only with requests barely overlapping (a tight TTFT on long prompts) had been called
+        infeasible, though replicas enough hold it. 0 where it fails even there.
 
         A scale whose half fails is a ridge of the replay's noise, not a rate the class holds at: a bound that
         sits at the trace's unloaded latency is met and missed by turns as load rises (BurstGPT's TTFT p99 met at
-        0.47 req/s with 199.9 ms against 200, missed at 0.23 with 200.2). The search goes on below the half."""
+        0.47 req/s with 199.9 ms against 200, missed at 0.23 with 200.2). The search goes on below the half, the
+        same way, so the answer may lie under ``hi / 64 / DEEP_RANGE`` or be 0 after a scale that met the SLO.
+        The half costs one replay more per configuration and class (10% on ``bench/recommend.py``)."""
         scale, result = self._bisect(seqs, budget, chunked, slo, hi)
         while scale > 0 and not meets(self.run(seqs, budget, scale / 2, chunked), slo, self.max_queue_s):
             scale, result = self._bisect(seqs, budget, chunked, slo, scale / 2)

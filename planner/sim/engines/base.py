@@ -134,7 +134,7 @@ class Engine:
         scheduler settings)."""
         if self.launcher is None or self.launch_args is None:
             return f"# {self.label} is a research scheduler with no production launcher"
-        model_id = scenario.model.hf_id or scenario.model.name
+        model_id = scenario.model.serve_path or scenario.model.hf_id or scenario.model.name
         prefix = self.launch_prefix(config, scenario) if self.launch_prefix is not None else ""
         return f"{prefix}{self.launcher.format(model=model_id)} {self.launch_args(config, scenario)}"
 
