@@ -186,8 +186,8 @@ def test_the_reservation_chart_draws_the_share_of_requests_cut():
 
     rows = [{"policy": p, "label": p, "max_new_tokens": m, "concurrency": 100.0 / m, "over_reservation": 1.0,
              "exceed_share": 1 / m} for p in ("vllm-v1", "orca") for m in (16, 64, 256)]
-    bottom = spec(capacity_charts.reservation_chart(rows))["vconcat"][1]
-    drawn = spec(capacity_charts.reservation_chart(rows))["datasets"][bottom["data"]["name"]]
+    chart = spec(capacity_charts.reservation_chart(rows))
+    drawn = chart["datasets"][chart["vconcat"][1]["data"]["name"]]
     assert [r["exceed_share"] for r in drawn] == [1 / 16, 1 / 64, 1 / 256]
 
 

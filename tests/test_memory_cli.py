@@ -6,6 +6,11 @@ import re
 import pytest
 from helpers import app_page, cli_json, run_cli
 
+from planner.capacity.memory import startup_problems
+from planner.catalog.gpus import get_gpu
+from planner.catalog.presets import get_model
+from planner.catalog.releases import VLLM_VERSIONS
+from planner.scenario import Scenario
 from planner.traces.samples import SAMPLE_PATH
 
 CONTRACT_KEYS = {"param_count", "weights_bytes", "kv_bytes_per_token", "kv_bytes_per_token_per_gpu", "kv_pool_bytes",
@@ -87,10 +92,6 @@ def test_memory_text_says_the_fit_and_names_the_overheads_the_pool_subtracts(tmp
     """The text output carries the --fit answer the JSON has, and a "no room" reason's overheads are the ones the
     pool subtracts: activation, non-torch and the CUDA graphs vLLM 0.20 counts (they had been left out: 65.7 +
     4.2 GiB "exceeded" 71.3 GiB at TP 2)."""
-    from planner.catalog.gpus import get_gpu
-    from planner.catalog.presets import get_model
-    from planner.scenario import Scenario
-
     out = run_cli("memory", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--fit", "32x4096",
                   db=tmp_path / "m.duckdb").stdout
     assert "--fit 32x4096: TP 4 holds them (4 GPUs)" in out
@@ -143,11 +144,6 @@ def test_a_plan_vllm_would_not_start_with_is_said(tmp_path, monkeypatch, flags, 
 
 def test_no_room_suggests_fp8_only_to_a_model_not_already_in_it():
     """DeepSeek-V3 ships in FP8: "use --weight-dtype fp8" was offered to it all the same."""
-    from planner.capacity.memory import startup_problems
-    from planner.catalog.gpus import get_gpu
-    from planner.catalog.presets import get_model
-    from planner.scenario import Scenario
-
     fp8 = startup_problems(Scenario(get_model("deepseek-v3"), get_gpu("a100-80gb-sxm"), tp=8))
     assert len(fp8) == 1 and fp8[0].endswith("raise --tp or --gpu-mem-util")
     bf16 = startup_problems(Scenario(get_model("llama-3-70b"), get_gpu("h100-sxm")))
@@ -157,9 +153,6 @@ def test_no_room_suggests_fp8_only_to_a_model_not_already_in_it():
 def test_the_scenario_widgets_follow_the_gpu_the_engine_and_the_log(tmp_path, monkeypatch):
     """The price followed no GPU switch (its keyed default stayed the first GPU's); async scheduling set on, then
     vLLM V0 chosen, locked the page in an error; a pasted log replaced the overheads entered beside it."""
-    from planner.catalog.gpus import get_gpu
-    from planner.catalog.releases import VLLM_VERSIONS
-
     at = app_page("pages/memory.py", tmp_path / "app.duckdb", monkeypatch, gpu="a100-80gb-sxm")
     at.selectbox(key="gpu").set_value("h100-sxm").run()
     assert f"${get_gpu('h100-sxm').price_per_hour:.2f}/hour per replica" in " ".join(c.value for c in at.caption)
